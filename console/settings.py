@@ -1,0 +1,220 @@
+"""Effectgate settings.
+
+Every value that differs between a laptop and production is read from the environment
+here, and only here. The defaults run locally with no other server: SQLite under
+``var/``, background work in-process, a secret key generated once and kept in ``var/``.
+README.md lists each variable.
+"""
+
+import os
+import secrets
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("EFFECTGATE_VAR_DIR", BASE_DIR / "var"))
+
+
+def _env_bool(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+def _local_secret(name: str) -> str:
+    """Read a secret kept in var/, creating it on first use (local mode only)."""
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    path = VAR_DIR / name
+    if not path.exists():
+        # Written with a restrictive mode so other local users cannot read it.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+DEBUG = _env_bool("DEBUG", False)
+SECRET_KEY = os.environ.get("SECRET_KEY") or _local_secret("secret_key")
+ALLOWED_HOSTS = _env_list("ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]")
+CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS")
+
+# The key that turns "x-sensitive" argument values into HMAC digests. Rotating it
+# changes the digests (and so the intent hashes) of new registrations only; the key id
+# is stored in every digest so that old ones stay attributable.
+SENSITIVE_ARGUMENT_KEY = os.environ.get("SENSITIVE_ARGUMENT_KEY") or SECRET_KEY
+SENSITIVE_ARGUMENT_KEY_ID = os.environ.get("SENSITIVE_ARGUMENT_KEY_ID", "k1")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_htmx",
+    "template_partials",
+    "guardian",
+    "approvals",
+    "operations",
+    "console",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "console.urls"
+WSGI_APPLICATION = "console.wsgi.application"
+ASGI_APPLICATION = "console.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database() -> dict:
+    url = os.environ.get("DATABASE_URL")
+    if not url:
+        VAR_DIR.mkdir(parents=True, exist_ok=True)
+        url = f"sqlite:///{VAR_DIR / 'effectgate.sqlite3'}"
+    config = dj_database_url.parse(
+        url,
+        conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "60")),
+        conn_health_checks=True,
+    )
+    engine = config["ENGINE"]
+    if engine == "django.db.backends.sqlite3":
+        # SQLite ignores SELECT ... FOR UPDATE, so every transaction takes the write lock
+        # when it begins (IMMEDIATE) and waits for it instead of failing at once.
+        config["OPTIONS"] = {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        }
+        config["CONN_MAX_AGE"] = 0
+    elif engine == "django.db.backends.postgresql":
+        config.setdefault("OPTIONS", {})
+        config["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME")} if os.environ.get(
+            "TEST_DATABASE_NAME"
+        ) else {}
+    else:
+        raise ImproperlyConfigured(f"Effectgate runs on PostgreSQL or SQLite, not {engine}.")
+    return config
+
+
+DATABASES = {"default": _database()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTHENTICATION_BACKENDS = [
+    "django.contrib.auth.backends.ModelBackend",
+    "guardian.backends.ObjectPermissionBackend",
+]
+ANONYMOUS_USER_NAME = None  # django-guardian: no anonymous user row, nobody anonymous decides.
+GUARDIAN_RAISE_403 = True
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "console:inbox"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": (
+            "django.contrib.staticfiles.storage.StaticFilesStorage"
+            if DEBUG
+            else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        )
+    },
+}
+WHITENOISE_USE_FINDERS = DEBUG
+
+# Request bodies larger than this are refused with 413 before they are parsed.
+DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("MAX_REQUEST_BYTES", str(1024 * 1024)))
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["operations.authentication.RunnerTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["operations.authentication.IsRunner"],
+    "DEFAULT_PARSER_CLASSES": ["operations.parsers.StrictJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "operations.problems.exception_handler",
+    "UNAUTHENTICATED_USER": None,
+    "DATETIME_FORMAT": "iso-8601",
+    "COERCE_DECIMAL_TO_STRING": False,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Effectgate runner API",
+    "DESCRIPTION": (
+        "The contract agent runners program against: tool contracts, runs, operations, "
+        "attempts, outcomes, reconciliation and compensation. Errors are RFC 9457 problem "
+        "details with a stable `code`."
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Swagger UI is served from our own static files (drf-spectacular-sidecar): no CDN.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django.server": {"level": "WARNING"}},
+}
+
+# Background work. Without a broker the same task functions run in-process.
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
+
+# Lease defaults for claims (seconds).
+LEASE_DEFAULT_S = 30
+LEASE_MAX_S = 3600

@@ -1,0 +1,318 @@
+"""The runner REST API (api.md). Views parse, call one service, render."""
+
+import re
+from typing import Any
+
+from django.urls import path
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from . import selectors, services
+from .errors import NotFound, OperationKeyRequired
+from .models import RunnerToken
+from .serializers import (
+    ApprovalDetailOut,
+    AttemptOut,
+    CompensationIn,
+    EventOut,
+    HeartbeatOut,
+    LeaseIn,
+    OperationCreatedOut,
+    OperationIn,
+    OperationOut,
+    OutcomeIn,
+    ReconciliationIn,
+    RunIn,
+    RunOut,
+    ToolOut,
+    ToolResultOut,
+    tool_result,
+)
+
+TOOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+
+PROBLEM = OpenApiResponse(
+    description="RFC 9457 problem details (application/problem+json) with a stable `code`."
+)
+
+
+def _problems(*statuses: int) -> dict[int, OpenApiResponse]:
+    return {status: PROBLEM for status in (401, *statuses)}
+
+
+def _valid(serializer_class, request: Request) -> dict[str, Any]:
+    serializer = serializer_class(data=request.data)
+    serializer.is_valid(raise_exception=True)
+    return serializer.validated_data
+
+
+class Pagination(CursorPagination):
+    ordering = "-id"
+    page_size = 50
+    page_size_query_param = "limit"
+    max_page_size = 200
+
+
+# --- tools ------------------------------------------------------------------------------
+
+
+class ToolListView(APIView):
+    @extend_schema(responses={200: ToolOut(many=True), **_problems()}, tags=["tools"])
+    def get(self, request: Request) -> Response:
+        tools = [tool for tool in selectors.tools_all() if tool.active_version is not None]
+        return Response(ToolOut([tool.active_version for tool in tools], many=True).data)
+
+
+class ToolDetailView(APIView):
+    required_scope = RunnerToken.SCOPE_REGISTER_CONTRACTS
+
+    @extend_schema(responses={200: ToolOut, **_problems(404)}, tags=["tools"])
+    def get(self, request: Request, name: str) -> Response:
+        tool = selectors.tool_get(name)
+        if tool.active_version is None:
+            raise NotFound(f"No tool {name!r}.")
+        return Response(ToolOut(tool.active_version).data)
+
+    @extend_schema(
+        request={"application/json": {"type": "object"}},
+        responses={200: ToolOut, 201: ToolOut, **_problems(400, 403, 422)},
+        tags=["tools"],
+        description="Register or change a tool contract (api.md, Tools). A version that "
+        "weakens the active contract is stored inactive until a person activates it.",
+    )
+    def put(self, request: Request, name: str) -> Response:
+        if not TOOL_NAME.match(name):
+            raise NotFound("Tool names are 1-100 letters, digits, '_', '.' or '-'.")
+        registration = services.tool_register(name=name, body=request.data, runner=request.user)
+        version = registration.version
+        version.tool.refresh_from_db()
+        return Response(ToolOut(version).data, status=201 if registration.created else 200)
+
+
+# --- runs -------------------------------------------------------------------------------
+
+
+class RunListView(APIView):
+    @extend_schema(request=RunIn, responses={201: RunOut, **_problems(400)}, tags=["runs"])
+    def post(self, request: Request) -> Response:
+        data = _valid(RunIn, request)
+        run = services.run_create(
+            runner=request.user,
+            principal=data["principal"],
+            external_id=data.get("external_id", ""),
+            budgets=dict(data.get("budgets", {})),
+        )
+        return Response(RunOut(run).data, status=201)
+
+
+class RunDetailView(APIView):
+    @extend_schema(responses={200: RunOut, **_problems(404)}, tags=["runs"])
+    def get(self, request: Request, run_id: str) -> Response:
+        run = selectors.run_get_for_runner(runner=request.user, run_id=run_id)
+        return Response(RunOut(run).data)
+
+
+class RunCancelView(APIView):
+    @extend_schema(request=None, responses={200: RunOut, **_problems(404)}, tags=["runs"])
+    def post(self, request: Request, run_id: str) -> Response:
+        run = selectors.run_get_for_runner(runner=request.user, run_id=run_id)
+        run = services.run_cancel(run=run, actor=services.Actor.of_runner(request.user))
+        return Response(RunOut(run).data)
+
+
+# --- operations -------------------------------------------------------------------------
+
+
+def _operation_body(op) -> dict[str, Any]:
+    return OperationOut(selectors.operation_refresh(op)).data
+
+
+class OperationListView(APIView):
+    @extend_schema(
+        request=OperationIn,
+        responses={
+            200: OperationCreatedOut,
+            201: OperationCreatedOut,
+            **_problems(400, 403, 404, 409, 422),
+        },
+        tags=["operations"],
+        description="Register an intended side effect (api.md, Operations). 201 new, 200 "
+        "the same operation_key with the same intent.",
+    )
+    def post(self, request: Request) -> Response:
+        if isinstance(request.data, dict) and not request.data.get("operation_key"):
+            raise OperationKeyRequired(
+                "Send operation_key: your stable name for this intended effect, made before "
+                "the first attempt by your deterministic layer."
+            )
+        data = _valid(OperationIn, request)
+        registration = services.operation_register(
+            runner=request.user,
+            run_id=data["run"],
+            tool_name=data["tool"],
+            operation_key=data["operation_key"],
+            arguments=data["arguments"],
+            call_id=data.get("call_id", ""),
+            turn=data.get("turn"),
+            approval=data.get("approval"),
+            claim_lease_s=data["claim"]["lease_s"] if "claim" in data else None,
+        )
+        body = _operation_body(registration.operation)
+        if registration.created and "claim" in data:
+            attempt = registration.attempt
+            body["attempt"] = AttemptOut(attempt).data if attempt is not None else None
+            error = registration.claim_error
+            if error is not None:
+                body["claim_error"] = {"code": error.code, "detail": error.detail, **error.extra}
+        return Response(body, status=201 if registration.created else 200)
+
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("status", str),
+            OpenApiParameter("run", str),
+            OpenApiParameter("tool", str),
+            OpenApiParameter("cursor", str),
+            OpenApiParameter("limit", int),
+        ],
+        responses={200: OperationOut(many=True), **_problems()},
+        tags=["operations"],
+    )
+    def get(self, request: Request) -> Response:
+        queryset = selectors.operations_for_runner(
+            runner=request.user,
+            status=request.query_params.get("status"),
+            run_id=request.query_params.get("run"),
+            tool=request.query_params.get("tool"),
+        )
+        paginator = Pagination()
+        page = paginator.paginate_queryset(queryset, request, view=self)
+        return paginator.get_paginated_response(OperationOut(page, many=True).data)
+
+    def get_paginated_response_schema(self, schema):
+        return Pagination().get_paginated_response_schema(schema)
+
+
+class OperationDetailView(APIView):
+    @extend_schema(responses={200: OperationOut, **_problems(404)}, tags=["operations"])
+    def get(self, request: Request, operation_id: str) -> Response:
+        op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
+        return Response(OperationOut(op).data)
+
+
+class OperationEventsView(APIView):
+    @extend_schema(responses={200: EventOut(many=True), **_problems(404)}, tags=["operations"])
+    def get(self, request: Request, operation_id: str) -> Response:
+        op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
+        return Response(EventOut(selectors.events_for_operation(op), many=True).data)
+
+
+class ToolResultView(APIView):
+    @extend_schema(responses={200: ToolResultOut, **_problems(404)}, tags=["operations"])
+    def get(self, request: Request, operation_id: str) -> Response:
+        op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
+        return Response(tool_result(op))
+
+
+class AttemptListView(APIView):
+    @extend_schema(
+        request=LeaseIn,
+        responses={201: AttemptOut, **_problems(403, 404, 409)},
+        tags=["attempts"],
+        description="Claim the next attempt. Refusals in api.md's order.",
+    )
+    def post(self, request: Request, operation_id: str) -> Response:
+        op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
+        data = _valid(LeaseIn, request)
+        attempt = services.attempt_claim(operation=op, runner=request.user, lease_s=data["lease_s"])
+        return Response(AttemptOut(attempt).data, status=201)
+
+
+class HeartbeatView(APIView):
+    @extend_schema(request=LeaseIn, responses={200: HeartbeatOut, **_problems(404, 409)},
+                   tags=["attempts"])
+    def post(self, request: Request, operation_id: str, number: int) -> Response:
+        op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
+        data = _valid(LeaseIn, request)
+        attempt = services.attempt_heartbeat(
+            operation=op, number=number, lease_s=data["lease_s"], runner=request.user
+        )
+        return Response(HeartbeatOut(attempt).data)
+
+
+class OutcomeView(APIView):
+    @extend_schema(request=OutcomeIn, responses={200: OperationOut, **_problems(400, 404, 409)},
+                   tags=["attempts"])
+    def post(self, request: Request, operation_id: str, number: int) -> Response:
+        op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
+        data = _valid(OutcomeIn, request)
+        op = services.attempt_record_outcome(
+            operation=op, number=number, body=dict(data), runner=request.user
+        )
+        return Response(_operation_body(op))
+
+
+class ReconciliationView(APIView):
+    @extend_schema(
+        request=ReconciliationIn,
+        responses={200: OperationOut, **_problems(400, 404, 409)},
+        tags=["reconciliation"],
+    )
+    def post(self, request: Request, operation_id: str) -> Response:
+        op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
+        data = _valid(ReconciliationIn, request)
+        op = services.operation_reconcile(
+            operation=op,
+            result=data["result"],
+            downstream_id=data.get("downstream_id", ""),
+            evidence=data.get("evidence"),
+            actor=services.Actor.of_runner(request.user),
+            source="runner",
+        )
+        return Response(_operation_body(op))
+
+
+class CompensationView(APIView):
+    @extend_schema(
+        request=CompensationIn,
+        responses={200: OperationOut, **_problems(400, 404, 409)},
+        tags=["reconciliation"],
+    )
+    def post(self, request: Request, operation_id: str) -> Response:
+        op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
+        data = _valid(CompensationIn, request)
+        op = services.operation_compensate(
+            operation=op,
+            result=data["result"],
+            evidence=data.get("evidence"),
+            actor=services.Actor.of_runner(request.user),
+        )
+        return Response(_operation_body(op))
+
+
+class ApprovalDetailView(APIView):
+    @extend_schema(responses={200: ApprovalDetailOut, **_problems(404)}, tags=["approvals"])
+    def get(self, request: Request, approval_id: str) -> Response:
+        approval = selectors.approval_get_for_runner(runner=request.user, approval_id=approval_id)
+        return Response(ApprovalDetailOut(approval).data)
+
+
+urlpatterns = [
+    path("tools", ToolListView.as_view()),
+    path("tools/<str:name>", ToolDetailView.as_view()),
+    path("runs", RunListView.as_view()),
+    path("runs/<str:run_id>", RunDetailView.as_view()),
+    path("runs/<str:run_id>/cancel", RunCancelView.as_view()),
+    path("operations", OperationListView.as_view()),
+    path("operations/<str:operation_id>", OperationDetailView.as_view()),
+    path("operations/<str:operation_id>/events", OperationEventsView.as_view()),
+    path("operations/<str:operation_id>/tool-result", ToolResultView.as_view()),
+    path("operations/<str:operation_id>/attempts", AttemptListView.as_view()),
+    path("operations/<str:operation_id>/attempts/<int:number>/heartbeat", HeartbeatView.as_view()),
+    path("operations/<str:operation_id>/attempts/<int:number>/outcome", OutcomeView.as_view()),
+    path("operations/<str:operation_id>/reconciliations", ReconciliationView.as_view()),
+    path("operations/<str:operation_id>/compensations", CompensationView.as_view()),
+    path("approvals/<str:approval_id>", ApprovalDetailView.as_view()),
+]

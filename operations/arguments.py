@@ -1,0 +1,77 @@
+"""Argument validation and freezing (product.md §1–2).
+
+1. Validate the arguments against the contract's JSON Schema (draft 2020-12), listing
+   every error by JSON pointer. A message about a value that is, or contains, a
+   sensitive field never repeats the value.
+2. Freeze: replace every ``"x-sensitive": true`` value by
+   ``"hmac-sha256:<key id>:<hex>"``, an HMAC over its canonical JSON keyed by a server
+   secret. The frozen arguments are what is stored, hashed into the intent and shown.
+
+Pure functions: the key is passed in.
+"""
+
+import copy
+import hashlib
+import hmac
+from typing import Any
+
+from jsonschema import Draft202012Validator
+
+from .canonical import canonical_json
+from .contracts import sensitive_paths
+from .errors import InvalidArguments
+
+SENSITIVE_PREFIX = "hmac-sha256:"
+
+
+def _pointer(parts) -> str:
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in parts)
+
+
+def _touches_secret(path: tuple, secrets: list[tuple[str, ...]]) -> bool:
+    tokens = tuple(str(part) for part in path)
+    for secret in secrets:
+        shared = min(len(tokens), len(secret))
+        if all(a == b or b == "*" for a, b in zip(tokens[:shared], secret[:shared], strict=True)):
+            return True
+    return False
+
+
+def validate_arguments(schema: dict[str, Any], arguments: Any) -> None:
+    secrets = sensitive_paths(schema)
+    validator = Draft202012Validator(schema)
+    errors = []
+    for error in sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path)):
+        if _touches_secret(tuple(error.absolute_path), secrets):
+            message = f"failed the {error.validator!r} check (value not shown: sensitive)"
+        else:
+            message = error.message
+        errors.append({"path": "/arguments" + _pointer(error.absolute_path), "message": message})
+    if errors:
+        raise InvalidArguments(
+            f"{len(errors)} argument error(s); see errors.", errors=errors[:50]
+        )
+
+
+def digest_sensitive(value: Any, *, key: str, key_id: str) -> str:
+    mac = hmac.new(key.encode(), canonical_json(value), hashlib.sha256).hexdigest()
+    return f"{SENSITIVE_PREFIX}{key_id}:{mac}"
+
+
+def freeze_arguments(schema: dict[str, Any], arguments: Any, *, key: str, key_id: str) -> Any:
+    """A deep copy of ``arguments`` with every sensitive value replaced by its digest."""
+    frozen = copy.deepcopy(arguments)
+
+    def replace(node: Any, path: tuple[str, ...]) -> Any:
+        if not path:
+            return digest_sensitive(node, key=key, key_id=key_id)
+        head, rest = path[0], path[1:]
+        if head == "*" and isinstance(node, list):
+            return [replace(item, rest) for item in node]
+        if isinstance(node, dict) and head in node:
+            node[head] = replace(node[head], rest)
+        return node
+
+    for secret in sensitive_paths(schema):
+        frozen = replace(frozen, secret)
+    return frozen

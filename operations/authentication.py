@@ -1,0 +1,43 @@
+"""Bearer-token authentication for runners, and the permission that requires one."""
+
+from rest_framework import authentication, permissions
+
+from .errors import ScopeForbidden
+from .models import Runner, RunnerToken
+from .services import token_authenticate
+
+
+class RunnerTokenAuthentication(authentication.BaseAuthentication):
+    keyword = "Bearer"
+
+    def authenticate(self, request):
+        header = authentication.get_authorization_header(request).decode("latin-1")
+        if not header:
+            return None
+        scheme, _, raw = header.partition(" ")
+        if scheme.lower() != "bearer" or not raw.strip():
+            return None
+        found = token_authenticate(raw.strip())
+        if found is None:
+            from rest_framework.exceptions import AuthenticationFailed
+
+            raise AuthenticationFailed("The bearer token is unknown, expired or revoked.")
+        return found
+
+    def authenticate_header(self, request):
+        return 'Bearer realm="effectgate"'
+
+
+class IsRunner(permissions.BasePermission):
+    """Only runner accounts use the API; the token's scope must allow the view."""
+
+    def has_permission(self, request, view) -> bool:
+        if not isinstance(request.user, Runner):
+            return False
+        needed = getattr(view, "required_scope", RunnerToken.SCOPE_USE_TOOLS)
+        if request.method in permissions.SAFE_METHODS:
+            return True
+        token: RunnerToken = request.auth
+        if needed not in token.scopes:
+            raise ScopeForbidden(f"This token lacks the {needed!r} scope.")
+        return True

@@ -1,0 +1,276 @@
+"""Tool contracts: validation, defaults, sensitive fields and weakening (product.md §1).
+
+Pure functions over plain dicts; the services store what ``normalize_contract`` returns.
+A normalized contract has every field filled in, so two contracts are the same version
+exactly when their normalized forms are equal.
+"""
+
+import copy
+import string
+from typing import Any
+from urllib.parse import urlsplit
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+
+from approvals.policy import OPERATORS, parse_pointer
+
+from .errors import InvalidContract
+from .machine import EFFECT_CLASS_RANK, EffectClass
+
+APPROVAL_MODE_RANK = {"never": 0, "rules": 1, "always": 2}
+URL_PLACEHOLDERS = {"idempotency_key", "operation_id"}
+
+_pointer = {"type": "string", "pattern": "^(/([^~/]|~[01])*)+$"}
+_positive = {"type": "integer", "minimum": 1, "maximum": 10**9}
+
+CONTRACT_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["effect_class", "input_schema"],
+    "additionalProperties": False,
+    "properties": {
+        "effect_class": {"enum": [cls.value for cls in EffectClass]},
+        "input_schema": {"type": "object"},
+        "description": {"type": "string", "maxLength": 2000},
+        "retry": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
+                "retryable_codes": {
+                    "type": "array",
+                    "items": {"type": "string", "minLength": 1, "maxLength": 100},
+                    "uniqueItems": True,
+                    "maxItems": 50,
+                },
+                "base_delay_ms": {"type": "integer", "minimum": 0, "maximum": 86_400_000},
+                "max_delay_ms": {"type": "integer", "minimum": 0, "maximum": 86_400_000},
+                "deadline_s": {"anyOf": [_positive, {"type": "null"}]},
+            },
+        },
+        "approval": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["mode"],
+            "properties": {
+                "mode": {"enum": list(APPROVAL_MODE_RANK)},
+                "rules": {
+                    "type": "array",
+                    "maxItems": 100,
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["path", "op", "value"],
+                        "properties": {
+                            "path": _pointer,
+                            "op": {"enum": sorted(OPERATORS)},
+                            "value": {},
+                        },
+                    },
+                },
+                "approvals_required": {"type": "integer", "minimum": 1, "maximum": 10},
+                "request_ttl_s": _positive,
+                "grant_ttl_s": _positive,
+            },
+        },
+        "reconcile": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["mode"],
+            "properties": {
+                "mode": {"enum": ["manual", "lookup"]},
+                "url": {"type": "string", "maxLength": 2000},
+                "max_probes": {"type": "integer", "minimum": 1, "maximum": 1000},
+            },
+        },
+        "concurrency_key": {"anyOf": [_pointer, {"type": "null"}]},
+    },
+}
+_CONTRACT_VALIDATOR = Draft202012Validator(CONTRACT_SCHEMA)
+
+
+def _error_path(parts) -> str:
+    return "".join(f"/{part}" for part in parts)
+
+
+def sensitive_paths(schema: Any, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Pointer token tuples of every property marked ``"x-sensitive": true``.
+
+    Array items are written as ``"*"``. Only ``properties`` and ``items`` are followed:
+    a sensitive mark elsewhere (inside ``oneOf``, say) is refused by
+    ``normalize_contract`` because its location in the arguments would be ambiguous.
+    """
+    found: list[tuple[str, ...]] = []
+    if not isinstance(schema, dict):
+        return found
+    if schema.get("x-sensitive") is True:
+        found.append(prefix)
+        return found
+    for name, child in (schema.get("properties") or {}).items():
+        found.extend(sensitive_paths(child, (*prefix, name)))
+    items = schema.get("items")
+    if isinstance(items, dict):
+        found.extend(sensitive_paths(items, (*prefix, "*")))
+    return found
+
+
+def _count_marks(value: Any) -> int:
+    if isinstance(value, dict):
+        own = 1 if value.get("x-sensitive") is True else 0
+        return own + sum(_count_marks(child) for child in value.values())
+    if isinstance(value, list):
+        return sum(_count_marks(child) for child in value)
+    return 0
+
+
+def _overlaps(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
+    """Whether one path lies inside the other (``*`` matches any array index)."""
+    return all(x == y or "*" in (x, y) for x, y in zip(a, b, strict=False))
+
+
+def _check_url_template(url: str) -> list[dict[str, str]]:
+    errors = []
+    names = {name for _, name, _, _ in string.Formatter().parse(url) if name is not None}
+    unknown = names - URL_PLACEHOLDERS
+    if unknown:
+        errors.append(
+            {
+                "path": "/reconcile/url",
+                "message": f"Unknown placeholders {sorted(unknown)}; allowed: "
+                f"{sorted(URL_PLACEHOLDERS)}.",
+            }
+        )
+    parts = urlsplit(url.replace("{", "").replace("}", ""))
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        errors.append({"path": "/reconcile/url", "message": "Must be an http(s) URL."})
+    return errors
+
+
+def normalize_contract(body: Any) -> dict[str, Any]:
+    """Validate a contract body and fill in its defaults, or raise InvalidContract."""
+    errors = [
+        {"path": _error_path(error.absolute_path), "message": error.message}
+        for error in sorted(_CONTRACT_VALIDATOR.iter_errors(body), key=lambda e: e.path)
+    ]
+    if errors:
+        raise InvalidContract("The contract does not match its schema.", errors=errors)
+
+    schema = body["input_schema"]
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise InvalidContract(
+            "input_schema is not a valid JSON Schema (draft 2020-12).",
+            errors=[
+                {"path": "/input_schema" + _error_path(exc.absolute_path), "message": exc.message}
+            ],
+        ) from exc
+    if schema.get("type") != "object":
+        raise InvalidContract(
+            "input_schema must describe an object.",
+            errors=[{"path": "/input_schema/type", "message": 'must be "object"'}],
+        )
+    secret_paths = sensitive_paths(schema)
+    if len(secret_paths) != _count_marks(schema):
+        raise InvalidContract(
+            '"x-sensitive" may only mark schemas reached through properties and items.',
+            errors=[{"path": "/input_schema", "message": "x-sensitive in an unsupported place"}],
+        )
+
+    effect_class = body["effect_class"]
+    retry = {
+        "max_attempts": 3,
+        "retryable_codes": [],
+        "base_delay_ms": 200,
+        "max_delay_ms": 30_000,
+        "deadline_s": None,
+        **body.get("retry", {}),
+    }
+    retry["retryable_codes"] = sorted(retry["retryable_codes"])
+    default_mode = "always" if effect_class == EffectClass.IRREVERSIBLE else "never"
+    approval = {
+        "mode": default_mode,
+        "rules": [],
+        "approvals_required": 1,
+        "request_ttl_s": 86_400,
+        "grant_ttl_s": 900,
+        **body.get("approval", {}),
+    }
+    reconcile = {"mode": "manual", "url": None, "max_probes": 10, **body.get("reconcile", {})}
+
+    problems: list[dict[str, str]] = []
+    if retry["max_delay_ms"] < retry["base_delay_ms"]:
+        problems.append({"path": "/retry/max_delay_ms", "message": "must be >= base_delay_ms"})
+    if approval["mode"] == "rules" and not approval["rules"]:
+        problems.append({"path": "/approval/rules", "message": 'mode "rules" needs rules'})
+    if approval["mode"] != "rules" and approval["rules"]:
+        problems.append({"path": "/approval/rules", "message": 'rules need mode "rules"'})
+    for index, rule in enumerate(approval["rules"]):
+        tokens = parse_pointer(rule["path"])
+        if any(_overlaps(tokens, secret) for secret in secret_paths):
+            problems.append(
+                {
+                    "path": f"/approval/rules/{index}/path",
+                    "message": "approval rules may not read a sensitive field",
+                }
+            )
+        if rule["op"] == "in" and not isinstance(rule["value"], list):
+            problems.append(
+                {"path": f"/approval/rules/{index}/value", "message": '"in" needs an array'}
+            )
+    if reconcile["mode"] == "lookup":
+        if not reconcile["url"]:
+            problems.append({"path": "/reconcile/url", "message": "lookup needs a url"})
+        else:
+            problems.extend(_check_url_template(reconcile["url"]))
+    elif reconcile["url"]:
+        problems.append({"path": "/reconcile/url", "message": 'a url needs mode "lookup"'})
+    if problems:
+        raise InvalidContract("The contract is not consistent.", errors=problems)
+
+    normalized = {
+        "effect_class": effect_class,
+        "input_schema": copy.deepcopy(schema),
+        "retry": retry,
+        "approval": approval,
+        "reconcile": reconcile,
+        "concurrency_key": body.get("concurrency_key"),
+    }
+    if "description" in body:
+        normalized["description"] = body["description"]
+    return normalized
+
+
+def weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Reasons why ``new`` protects less than ``old`` (empty when it does not).
+
+    A weakening version stays inactive until a person allowed to activate tools
+    activates it, so that a leaked runner token cannot switch protections off.
+    """
+    reasons = []
+    if EFFECT_CLASS_RANK[EffectClass(new["effect_class"])] < EFFECT_CLASS_RANK[
+        EffectClass(old["effect_class"])
+    ]:
+        reasons.append(f"effect class lowered from {old['effect_class']} to {new['effect_class']}")
+    old_a, new_a = old["approval"], new["approval"]
+    if APPROVAL_MODE_RANK[new_a["mode"]] < APPROVAL_MODE_RANK[old_a["mode"]]:
+        reasons.append(f"approval mode weakened from {old_a['mode']} to {new_a['mode']}")
+    elif new_a["mode"] == old_a["mode"] == "rules" and any(
+        rule not in new_a["rules"] for rule in old_a["rules"]
+    ):
+        reasons.append("approval rules removed or changed")
+    if new_a["approvals_required"] < old_a["approvals_required"]:
+        reasons.append("fewer approvals required")
+    for ttl in ("request_ttl_s", "grant_ttl_s"):
+        if new_a[ttl] > old_a[ttl]:
+            reasons.append(f"longer {ttl}")
+    if new["reconcile"]["url"] != old["reconcile"]["url"] and new["reconcile"]["url"]:
+        reasons.append("another reconciliation lookup URL")
+    if set(new["retry"]["retryable_codes"]) - set(old["retry"]["retryable_codes"]):
+        reasons.append("more retryable codes (automatic retries of possibly processed calls)")
+    if old["concurrency_key"] and new["concurrency_key"] != old["concurrency_key"]:
+        reasons.append("concurrency key removed or changed")
+    if set(sensitive_paths(old["input_schema"])) - set(sensitive_paths(new["input_schema"])):
+        reasons.append("a sensitive field is no longer marked x-sensitive")
+    return reasons

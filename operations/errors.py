@@ -1,0 +1,146 @@
+"""Typed domain errors with a stable ``code``.
+
+Services raise these; one DRF exception handler (``operations.problems``) turns them
+into RFC 9457 problem details, and the console turns them into messages. The ``code``
+and HTTP status of each are part of the runner API contract (api.md).
+"""
+
+from approvals.errors import Refusal
+
+
+class DomainError(Refusal):
+    """An operations refusal; see ``approvals.errors.Refusal`` for the fields."""
+
+
+class InvalidRequest(DomainError):
+    code, status, title = "invalid_request", 400, "The request body is not valid"
+
+
+class MalformedJSON(DomainError):
+    code, status, title = "malformed_json", 400, "The request body is not acceptable JSON"
+
+
+class NumberOutOfRange(DomainError):
+    code, status, title = (
+        "number_out_of_range",
+        422,
+        "A number is outside the range every JSON implementation represents exactly",
+    )
+
+
+class OperationKeyRequired(DomainError):
+    code, status, title = "operation_key_required", 400, "operation_key is required"
+
+
+class NotFound(DomainError):
+    code, status, title = "not_found", 404, "Not found"
+
+
+class UnknownTool(DomainError):
+    code, status, title = "unknown_tool", 404, "No tool is registered under that name"
+
+
+class InvalidContract(DomainError):
+    code, status, title = "invalid_contract", 422, "The tool contract is not valid"
+
+
+class InvalidArguments(DomainError):
+    code, status, title = "invalid_arguments", 422, "The arguments do not match the tool's schema"
+
+
+class IntentMismatch(DomainError):
+    code, status, title = (
+        "intent_mismatch",
+        422,
+        "This operation_key is already registered with a different intent",
+    )
+
+
+class RunNotActive(DomainError):
+    code, status, title = "run_not_active", 409, "The run is not active"
+
+
+class BudgetExhausted(DomainError):
+    code, status, title = "budget_exhausted", 409, "The budget is exhausted"
+
+
+class ToolForbidden(DomainError):
+    code, status, title = "tool_forbidden", 403, "This runner may not invoke this tool"
+
+
+class ScopeForbidden(DomainError):
+    code, status, title = "forbidden", 403, "This token's scope does not allow the request"
+
+
+class OperationClosed(DomainError):
+    code, status, title = "operation_closed", 409, "The operation has ended"
+
+
+class ReconciliationRequired(DomainError):
+    code, status, title = (
+        "reconciliation_required",
+        409,
+        "The outcome of an earlier attempt is unknown; reconcile it before anything else",
+    )
+
+
+class CompensationRequired(DomainError):
+    code, status, title = (
+        "compensation_required",
+        409,
+        "The operation is being compensated; post the undo's outcome",
+    )
+
+
+class ApprovalRequired(DomainError):
+    code, status, title = "approval_required", 409, "The operation is waiting for approval"
+
+
+class AttemptInProgress(DomainError):
+    code, status, title = "attempt_in_progress", 409, "An attempt holds a live lease"
+
+
+class GrantInvalid(DomainError):
+    code, status, title = (
+        "grant_invalid",
+        403,
+        "The approval grant is no longer valid; a new approval was requested",
+    )
+
+
+class RetryLater(DomainError):
+    code, status, title = "retry_later", 409, "Too early: wait before the next attempt"
+
+
+class ConcurrencyConflict(DomainError):
+    code, status, title = (
+        "concurrency_conflict",
+        409,
+        "Another operation on the same resource has an unresolved effect",
+    )
+
+
+class StaleAttempt(DomainError):
+    code, status, title = "stale_attempt", 409, "The attempt's lease has ended"
+
+
+class OutcomeConflict(DomainError):
+    code, status, title = (
+        "outcome_conflict",
+        409,
+        "The attempt already has a different outcome",
+    )
+
+
+class NotUnknown(DomainError):
+    code, status, title = "not_unknown", 409, "The operation's outcome is not unknown"
+
+
+class NotCompensating(DomainError):
+    code, status, title = "not_compensating", 409, "The operation is not being compensated"
+
+
+class InvalidTransition(DomainError):
+    """A programming error or a lost race: the state machine refuses the move."""
+
+    code, status, title = "invalid_transition", 409, "The operation cannot make that transition"

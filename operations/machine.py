@@ -1,0 +1,220 @@
+"""The operation state machine as plain data and pure functions (product.md §3).
+
+``operations.services`` is the only code that changes an operation's state; it asks
+this module which moves are allowed, how a posted outcome is classified for an effect
+class, how long the backoff is and what a runner may do next. Nothing here touches the
+database, so every row of the outcome table is tested without one.
+"""
+
+import random
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    AWAITING_APPROVAL = "awaiting_approval"
+    READY = "ready"
+    EXECUTING = "executing"
+    OUTCOME_UNKNOWN = "outcome_unknown"
+    COMPENSATING = "compensating"
+    SUCCEEDED = "succeeded"
+    REJECTED = "rejected"
+    FAILED_PERMANENT = "failed_permanent"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    COMPENSATED = "compensated"
+    CANCELLED = "cancelled"
+
+
+class EffectClass(StrEnum):
+    READ_ONLY = "read_only"
+    IDEMPOTENT = "idempotent"
+    DEDUPLICATED = "deduplicated"
+    COMPENSABLE = "compensable"
+    IRREVERSIBLE = "irreversible"
+
+
+# Strictness order, used to tell whether a new contract version weakens the old one.
+EFFECT_CLASS_RANK = {cls: rank for rank, cls in enumerate(EffectClass)}
+
+TERMINAL = frozenset(
+    {
+        Status.SUCCEEDED,
+        Status.REJECTED,
+        Status.FAILED_PERMANENT,
+        Status.BUDGET_EXHAUSTED,
+        Status.COMPENSATED,
+        Status.CANCELLED,
+    }
+)
+
+# States in which an operation's effect may exist without an answer: they block claims
+# of other operations with the same concurrency-key value (a partial unique index
+# enforces it in the database too).
+BLOCKING = frozenset({Status.EXECUTING, Status.OUTCOME_UNKNOWN, Status.COMPENSATING})
+
+# States a late ``succeeded`` closes (api.md, late outcomes). ``executing`` is here too:
+# a newer attempt of a repeatable operation may be in flight when the older attempt's
+# success arrives; the effect happened, so the newer attempt becomes stale.
+LATE_SUCCESS_FROM = frozenset(
+    {
+        Status.OUTCOME_UNKNOWN,
+        Status.READY,
+        Status.AWAITING_APPROVAL,
+        Status.CANCELLED,
+        Status.EXECUTING,
+    }
+)
+
+TRANSITIONS: dict[Status, frozenset[Status]] = {
+    Status.AWAITING_APPROVAL: frozenset(
+        {
+            Status.READY,
+            Status.REJECTED,
+            Status.CANCELLED,
+            Status.BUDGET_EXHAUSTED,
+            Status.SUCCEEDED,
+            Status.OUTCOME_UNKNOWN,
+        }
+    ),
+    Status.READY: frozenset(
+        {
+            Status.EXECUTING,
+            Status.AWAITING_APPROVAL,
+            Status.CANCELLED,
+            Status.BUDGET_EXHAUSTED,
+            Status.OUTCOME_UNKNOWN,
+            Status.SUCCEEDED,
+        }
+    ),
+    Status.EXECUTING: frozenset(
+        {
+            Status.SUCCEEDED,
+            Status.READY,
+            Status.FAILED_PERMANENT,
+            Status.BUDGET_EXHAUSTED,
+            Status.OUTCOME_UNKNOWN,
+            Status.COMPENSATING,
+        }
+    ),
+    Status.OUTCOME_UNKNOWN: frozenset(
+        {Status.SUCCEEDED, Status.READY, Status.AWAITING_APPROVAL, Status.BUDGET_EXHAUSTED}
+    ),
+    Status.COMPENSATING: frozenset({Status.COMPENSATED}),
+    # Cancelled is terminal for everything except the evidence of a late success.
+    Status.CANCELLED: frozenset({Status.SUCCEEDED}),
+    Status.SUCCEEDED: frozenset(),
+    Status.REJECTED: frozenset(),
+    Status.FAILED_PERMANENT: frozenset(),
+    Status.BUDGET_EXHAUSTED: frozenset(),
+    Status.COMPENSATED: frozenset(),
+}
+
+
+def can_transition(source: str, target: str) -> bool:
+    return Status(target) in TRANSITIONS[Status(source)]
+
+
+def is_write(effect_class: str) -> bool:
+    """Every class but read_only may change the world."""
+    return effect_class != EffectClass.READ_ONLY
+
+
+class Verdict(StrEnum):
+    """What a posted outcome means before budgets are considered."""
+
+    SUCCEEDED = "succeeded"
+    RETRY = "retry"
+    FAILED_PERMANENT = "failed_permanent"
+    COMPENSATE = "compensate"
+    RECONCILE = "reconcile"
+
+
+NOT_SENT = "not_sent"
+
+
+def classify_outcome(
+    *, effect_class: str, kind: str, code: str | None, retryable_codes: list[str]
+) -> Verdict:
+    """The outcome table of product.md §3, one row per ``kind``/``code``.
+
+    ``kind`` is ``succeeded``, ``failed`` or ``unknown``; an expired lease is classified
+    by the caller as ``unknown``.
+    """
+    if kind == "succeeded":
+        return Verdict.SUCCEEDED
+    if kind == "failed":
+        if code == NOT_SENT or (code is not None and code in retryable_codes):
+            return Verdict.RETRY
+        return Verdict.FAILED_PERMANENT
+    if kind == "unknown":
+        if effect_class == EffectClass.COMPENSABLE:
+            return Verdict.COMPENSATE
+        if effect_class == EffectClass.IRREVERSIBLE:
+            return Verdict.RECONCILE
+        # read_only, idempotent and deduplicated repeat with the same key.
+        return Verdict.RETRY
+    raise ValueError(f"unknown outcome kind {kind!r}")
+
+
+@dataclass(frozen=True)
+class Budget:
+    attempts_used: int
+    max_attempts: int
+    deadline_at: datetime | None
+
+
+def retry_possible(budget: Budget, *, not_before: datetime) -> bool:
+    """Whether one more attempt fits the operation's budget (attempts and deadline)."""
+    if budget.attempts_used >= budget.max_attempts:
+        return False
+    return budget.deadline_at is None or not_before < budget.deadline_at
+
+
+def end_without_retry(*, effect_class: str, unknown_sticky: bool, wanted: Status) -> Status:
+    """Where an operation goes when it would fail or run out of budget.
+
+    Unknown is sticky: once a write's attempt ended unknown the effect may exist, so a
+    later failure or an empty budget cannot close it; it waits for reconciliation.
+    """
+    if unknown_sticky and is_write(effect_class):
+        return Status.OUTCOME_UNKNOWN
+    return wanted
+
+
+def backoff_delay_ms(
+    *, attempt: int, base_delay_ms: int, max_delay_ms: int, rng: random.Random | None = None
+) -> int:
+    """Capped exponential backoff with full jitter (AWS architecture blog, 2015).
+
+    The ceiling doubles with each attempt from ``base_delay_ms`` up to ``max_delay_ms``;
+    the delay is drawn uniformly between zero and that ceiling so that many runners
+    retrying at once spread out.
+    """
+    ceiling = min(max_delay_ms, base_delay_ms * 2 ** max(attempt - 1, 0))
+    # Jitter for spreading load, not for secrecy.
+    return int((rng or random).uniform(0, ceiling))  # noqa: S311
+
+
+def next_probe_delay(*, probes: int, base_s: int = 30, max_s: int = 3600) -> timedelta:
+    """Backoff between reconciliation lookups: 30 s doubling, at most an hour."""
+    return timedelta(seconds=min(max_s, base_s * 2 ** max(probes - 1, 0)))
+
+
+def allowed_next_actions(
+    *, status: str, now: datetime, not_before: datetime | None
+) -> list[str]:
+    status = Status(status)
+    if status == Status.AWAITING_APPROVAL:
+        return ["wait_for_approval"]
+    if status == Status.READY:
+        if not_before is not None and not_before > now:
+            return ["wait_until_not_before"]
+        return ["claim_attempt"]
+    if status == Status.EXECUTING:
+        return ["post_outcome", "heartbeat"]
+    if status == Status.OUTCOME_UNKNOWN:
+        return ["reconcile"]
+    if status == Status.COMPENSATING:
+        return ["compensate"]
+    return []

@@ -1,0 +1,28 @@
+"""``python manage.py sweep``: run every time-driven transition once (or in a loop)."""
+
+import time
+
+from django.core.management.base import BaseCommand
+
+from operations.services import sweep
+
+
+class Command(BaseCommand):
+    help = "Expire leases, end operations and runs past their deadline."
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--loop", type=float, metavar="SECONDS", help="Repeat every SECONDS until stopped."
+        )
+
+    def handle(self, *args, **options):
+        while True:
+            report = sweep()
+            self.stdout.write(
+                f"leases expired: {report.leases_expired}, "
+                f"operations past deadline: {report.operations_past_deadline}, "
+                f"runs expired: {report.runs_expired}"
+            )
+            if not options["loop"]:
+                return
+            time.sleep(options["loop"])

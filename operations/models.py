@@ -1,0 +1,320 @@
+"""The operation ledger: runners, tool contracts, runs, operations, attempts, events.
+
+Rows here are written only by ``operations.services``. The status columns use the
+values of ``operations.machine``; the allowed moves between them live there too.
+"""
+
+from functools import partial
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from approvals.ids import new_id, new_idempotency_key
+from .machine import BLOCKING, EffectClass, Status
+
+
+def _id_field(prefix: str) -> models.CharField:
+    return models.CharField(
+        primary_key=True, max_length=40, default=partial(new_id, prefix), editable=False
+    )
+
+
+class Runner(models.Model):
+    """An agent runner account. API requests authenticate as one of these.
+
+    Each runner has a service user so that django-guardian can hold "may invoke this
+    tool" permissions for it like for people; the service user cannot log in.
+    """
+
+    id = _id_field("rnr")
+    name = models.CharField(max_length=100, unique=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="owned_runners",
+        help_text="The person responsible for this runner; they cannot decide on its "
+        "operations.",
+    )
+    service_user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runner_account"
+    )
+    restrict_tools = models.BooleanField(
+        default=False,
+        help_text="When set, the runner may invoke only tools on which its service user "
+        "holds the 'invoke_tool' permission.",
+    )
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    # DRF treats request.user as authenticated through this attribute.
+    is_authenticated = True
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RunnerToken(models.Model):
+    SCOPE_USE_TOOLS = "use_tools"
+    SCOPE_REGISTER_CONTRACTS = "register_contracts"
+    ALL_SCOPES = [SCOPE_USE_TOOLS, SCOPE_REGISTER_CONTRACTS]
+
+    id = _id_field("tok")
+    runner = models.ForeignKey(Runner, on_delete=models.CASCADE, related_name="tokens")
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=16, help_text="The first characters, to recognise it.")
+    scopes = models.JSONField(default=list)
+    label = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.runner})"
+
+
+class Tool(models.Model):
+    name = models.CharField(primary_key=True, max_length=100)
+    active_version = models.ForeignKey(
+        "ToolVersion", null=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        permissions = [
+            ("decide_tool", "Can decide approvals for operations of this tool"),
+            ("reconcile_tool", "Can reconcile operations of this tool"),
+            ("activate_tool", "Can activate contract versions of this tool"),
+            ("invoke_tool", "May be invoked by a restricted runner"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ToolVersion(models.Model):
+    tool = models.ForeignKey(Tool, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    contract = models.JSONField()
+    contract_hash = models.CharField(max_length=64)
+    weakens = models.JSONField(
+        default=list, help_text="Why this version protects less than the one active when it "
+        "was registered; empty when it does not."
+    )
+    registered_by = models.ForeignKey(
+        Runner, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    activated_at = models.DateTimeField(null=True, blank=True)
+    activated_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tool", "number"], name="toolversion_unique_number")
+        ]
+        ordering = ["tool", "number"]
+
+    def __str__(self) -> str:
+        return f"{self.tool_id} v{self.number}"
+
+    @property
+    def effect_class(self) -> str:
+        return self.contract["effect_class"]
+
+
+class Run(models.Model):
+    class RunStatus(models.TextChoices):
+        ACTIVE = "active"
+        CANCELLED = "cancelled"
+        EXPIRED = "expired"
+
+    id = _id_field("run")
+    runner = models.ForeignKey(Runner, on_delete=models.PROTECT, related_name="runs")
+    external_id = models.CharField(max_length=255, blank=True, default="")
+    principal = models.CharField(max_length=255)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.ACTIVE)
+    max_tool_calls = models.PositiveIntegerField(null=True, blank=True)
+    max_turns = models.PositiveIntegerField(null=True, blank=True)
+    deadline_s = models.PositiveIntegerField(null=True, blank=True)
+    max_spend = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True)
+    tool_calls = models.PositiveIntegerField(default=0)
+    turns = models.PositiveIntegerField(default=0)
+    spend = models.DecimalField(max_digits=20, decimal_places=6, default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["runner", "id"], name="run_runner_id"),
+            models.Index(
+                fields=["deadline_at"], name="run_active_deadline", condition=Q(status="active")
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+_BLOCKING = [status.value for status in BLOCKING]
+
+
+class Operation(models.Model):
+    id = _id_field("op")
+    runner = models.ForeignKey(Runner, on_delete=models.PROTECT, related_name="operations")
+    run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="operations")
+    tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="operations")
+    tool_version = models.ForeignKey(ToolVersion, on_delete=models.PROTECT, related_name="+")
+    effect_class = models.CharField(max_length=16, choices=[(c.value, c.value) for c in EffectClass])
+    call_id = models.CharField(max_length=255, blank=True, default="")
+    operation_key = models.CharField(max_length=255)
+    arguments = models.JSONField(help_text="Frozen: validated, sensitive values digested.")
+    intent_hash = models.CharField(max_length=64)
+    principal = models.CharField(max_length=255)
+    principal_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    idempotency_key = models.CharField(max_length=64, unique=True, default=new_idempotency_key)
+    status = models.CharField(max_length=20, choices=[(s.value, s.value) for s in Status])
+    attempts = models.PositiveIntegerField(default=0, help_text="Attempts claimed so far.")
+    not_before = models.DateTimeField(null=True, blank=True)
+    lease_until = models.DateTimeField(null=True, blank=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+    downstream_id = models.CharField(max_length=255, blank=True, default="")
+    error_code = models.CharField(max_length=64, blank=True, default="")
+    error_detail = models.TextField(blank=True, default="")
+    unknown_sticky = models.BooleanField(
+        default=False,
+        help_text="An attempt of this write ended unknown and was not found not applied: "
+        "only success or a reconciliation answer can close it.",
+    )
+    concurrency_value = models.CharField(
+        max_length=64, null=True, blank=True, help_text="sha256 of the concurrency key's value."
+    )
+    turn = models.PositiveIntegerField(null=True, blank=True)
+    next_probe_at = models.DateTimeField(null=True, blank=True)
+    probes = models.PositiveIntegerField(default=0)
+    previous = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["runner", "operation_key"], name="operation_unique_key_per_runner"
+            ),
+            # At most one unresolved effect per resource: the database refuses a second
+            # operation of the same tool and concurrency-key value in a blocking state.
+            models.UniqueConstraint(
+                fields=["tool", "concurrency_value"],
+                condition=Q(status__in=_BLOCKING, concurrency_value__isnull=False),
+                name="operation_one_unresolved_per_key",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["runner", "id"], name="op_runner_id"),
+            models.Index(fields=["run", "id"], name="op_run_id"),
+            models.Index(fields=["status", "id"], name="op_status_id"),
+            models.Index(
+                fields=["lease_until"], name="op_executing_lease", condition=Q(status="executing")
+            ),
+            models.Index(
+                fields=["next_probe_at"],
+                name="op_unknown_probe",
+                condition=Q(status="outcome_unknown"),
+            ),
+            models.Index(
+                fields=["deadline_at"],
+                name="op_waiting_deadline",
+                condition=Q(status__in=["ready", "awaiting_approval"]),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class Attempt(models.Model):
+    class AttemptStatus(models.TextChoices):
+        EXECUTING = "executing"
+        SUCCEEDED = "succeeded"
+        FAILED = "failed"
+        UNKNOWN = "unknown"
+        LEASE_EXPIRED = "lease_expired"
+        SUPERSEDED = "superseded"
+
+    id = _id_field("att")
+    operation = models.ForeignKey(Operation, on_delete=models.CASCADE, related_name="attempt_set")
+    number = models.PositiveIntegerField()
+    status = models.CharField(
+        max_length=16, choices=AttemptStatus.choices, default=AttemptStatus.EXECUTING
+    )
+    claimed_at = models.DateTimeField()
+    lease_until = models.DateTimeField()
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.JSONField(null=True, blank=True, help_text="The outcome body as posted.")
+    outcome_code = models.CharField(max_length=64, blank=True, default="")
+    closed_at = models.DateTimeField(null=True, blank=True)
+    not_applied = models.BooleanField(
+        default=False, help_text="Reconciliation found that this attempt's effect did not happen."
+    )
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["operation", "number"], name="attempt_unique_number")
+        ]
+        ordering = ["operation", "number"]
+
+    def __str__(self) -> str:
+        return f"{self.operation_id} #{self.number}"
+
+
+class Event(models.Model):
+    """One append-only audit record; a transition's event is written with it.
+
+    Events form one hash chain per stream (an operation, a run, a tool, a runner): each
+    holds the hash of the stream's previous event, so one operation's history can be
+    verified on its own without serializing unrelated writes.
+    """
+
+    stream = models.CharField(max_length=120)
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=40)
+    operation = models.ForeignKey(
+        Operation, null=True, on_delete=models.PROTECT, related_name="events"
+    )
+    run = models.ForeignKey(Run, null=True, on_delete=models.PROTECT, related_name="events")
+    tool_name = models.CharField(max_length=100, blank=True, default="")
+    from_status = models.CharField(max_length=20, blank=True, default="")
+    to_status = models.CharField(max_length=20, blank=True, default="")
+    actor = models.CharField(max_length=200)
+    actor_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+"
+    )
+    actor_runner = models.ForeignKey(Runner, null=True, on_delete=models.PROTECT, related_name="+")
+    at = models.DateTimeField()
+    data = models.JSONField(default=dict)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["stream", "seq"], name="event_unique_seq_per_stream")
+        ]
+        indexes = [
+            models.Index(fields=["at", "id"], name="event_at_id"),
+            models.Index(fields=["kind", "id"], name="event_kind_id"),
+        ]
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.stream}#{self.seq} {self.kind}"

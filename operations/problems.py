@@ -1,0 +1,135 @@
+"""RFC 9457 problem details for every API error, with a stable ``code``.
+
+One exception handler for DRF views, and ``api_handler404``/``api_handler500`` for
+what never reaches a DRF view (an unknown URL under /api/, a crash in middleware).
+"""
+
+import logging
+from typing import Any
+
+from django.core.exceptions import PermissionDenied, RequestDataTooBig
+from django.http import Http404, JsonResponse
+from rest_framework import exceptions as drf
+from rest_framework.response import Response
+
+from approvals.errors import Refusal
+
+logger = logging.getLogger(__name__)
+
+PROBLEM_TYPE = "https://effectgate.dev/problems/"
+CONTENT_TYPE = "application/problem+json"
+
+
+def problem(status: int, code: str, title: str, detail: str, **extra: Any) -> dict[str, Any]:
+    body = {
+        "type": PROBLEM_TYPE + code,
+        "title": title,
+        "status": status,
+        "detail": detail,
+        "code": code,
+    }
+    body.update(extra)
+    return body
+
+
+def _flatten(detail: Any, path: str = "") -> list[dict[str, str]]:
+    """DRF's nested validation errors as a list of JSON-pointer paths and messages."""
+    if isinstance(detail, dict):
+        found = []
+        for key, value in detail.items():
+            child = path if key == "non_field_errors" else f"{path}/{key}"
+            found.extend(_flatten(value, child))
+        return found
+    if isinstance(detail, list):
+        if all(not isinstance(item, dict | list) for item in detail):
+            return [{"path": path or "/", "message": str(item)} for item in detail]
+        found = []
+        for index, item in enumerate(detail):
+            found.extend(_flatten(item, f"{path}/{index}"))
+        return found
+    return [{"path": path or "/", "message": str(detail)}]
+
+
+_DRF_CODES: list[tuple[type[Exception], str]] = [
+    (drf.NotAuthenticated, "not_authenticated"),
+    (drf.AuthenticationFailed, "not_authenticated"),
+    (drf.NotFound, "not_found"),
+    (drf.MethodNotAllowed, "method_not_allowed"),
+    (drf.UnsupportedMediaType, "unsupported_media_type"),
+    (drf.NotAcceptable, "not_acceptable"),
+    (drf.ParseError, "malformed_json"),
+    (drf.Throttled, "rate_limited"),
+    (drf.PermissionDenied, "forbidden"),
+]
+
+
+def _response(body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
+    response = Response(body, status=body["status"], content_type=CONTENT_TYPE)
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    if isinstance(exc, Refusal):
+        extra = dict(exc.extra)
+        headers = {}
+        if "retry_after_ms" in extra:
+            headers["Retry-After"] = str(max(1, -(-extra["retry_after_ms"] // 1000)))
+        return _response(problem(exc.status, exc.code, exc.title, exc.detail, **extra), headers)
+    if isinstance(exc, Http404):
+        return _response(problem(404, "not_found", "Not found", "Nothing is here."))
+    if isinstance(exc, PermissionDenied):
+        exc = drf.PermissionDenied()
+    if isinstance(exc, RequestDataTooBig):
+        return _response(
+            problem(413, "payload_too_large", "Payload too large", "The request body is too large.")
+        )
+    if isinstance(exc, drf.ValidationError):
+        return _response(
+            problem(
+                400,
+                "invalid_request",
+                "The request body is not valid",
+                "One or more fields are invalid; see errors.",
+                errors=_flatten(exc.detail),
+            )
+        )
+    if isinstance(exc, drf.APIException):
+        code = next((c for cls, c in _DRF_CODES if isinstance(exc, cls)), "invalid_request")
+        headers = {}
+        if isinstance(exc, drf.NotAuthenticated | drf.AuthenticationFailed):
+            headers["WWW-Authenticate"] = 'Bearer realm="effectgate"'
+            exc.status_code = 401
+        if isinstance(exc, drf.Throttled) and exc.wait:
+            headers["Retry-After"] = str(int(exc.wait) + 1)
+        detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        title = exc.default_detail if isinstance(exc.default_detail, str) else code
+        return _response(problem(exc.status_code, code, str(title), str(detail)), headers)
+    view = context.get("view")
+    logger.exception("Unhandled error in %s", type(view).__name__ if view else "API view")
+    return _response(
+        problem(500, "internal_error", "Internal error", "The server failed; nothing is known.")
+    )
+
+
+def _json_problem(body: dict[str, Any]) -> JsonResponse:
+    return JsonResponse(body, status=body["status"], content_type=CONTENT_TYPE)
+
+
+def api_handler404(request, exception=None):
+    from django.views.defaults import page_not_found
+
+    if request.path.startswith("/api/"):
+        return _json_problem(problem(404, "not_found", "Not found", "No such API resource."))
+    return page_not_found(request, exception)
+
+
+def api_handler500(request):
+    from django.views.defaults import server_error
+
+    if request.path.startswith("/api/"):
+        return _json_problem(
+            problem(500, "internal_error", "Internal error", "The server failed; nothing is known.")
+        )
+    return server_error(request)

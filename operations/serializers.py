@@ -1,0 +1,363 @@
+"""Request validation and response bodies of the runner API (api.md).
+
+Serializers parse and represent; they never write models. Request serializers refuse
+unknown fields: a misspelt ``aproval`` must not silently mean "no approval asked".
+"""
+
+from typing import Any
+
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from approvals.models import ApprovalRequest, Decision
+from approvals.selectors import request_latest
+
+from .machine import allowed_next_actions
+from .models import Event, Operation, Run, ToolVersion
+
+
+class StrictSerializer(serializers.Serializer):
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(self.fields))
+            if unknown:
+                raise serializers.ValidationError(
+                    {name: ["Unknown field."] for name in unknown}
+                )
+        return super().to_internal_value(data)
+
+
+class AnyJSON(serializers.JSONField):
+    """Any JSON value (the strict parser already refused what has no single meaning)."""
+
+
+@extend_schema_field(OpenApiTypes.OBJECT)
+class JSONObject(serializers.JSONField):
+    def to_internal_value(self, data: Any) -> Any:
+        if not isinstance(data, dict):
+            raise serializers.ValidationError("Must be a JSON object.")
+        return data
+
+
+# --- requests ---------------------------------------------------------------------------
+
+
+class BudgetsIn(StrictSerializer):
+    max_tool_calls = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    max_turns = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    deadline_s = serializers.IntegerField(min_value=1, required=False, allow_null=True)
+    max_spend = serializers.FloatField(min_value=0, required=False, allow_null=True)
+
+
+class RunIn(StrictSerializer):
+    external_id = serializers.CharField(max_length=255, required=False, allow_blank=True)
+    principal = serializers.CharField(max_length=255)
+    budgets = BudgetsIn(required=False)
+
+
+class ApprovalAskIn(StrictSerializer):
+    require = serializers.BooleanField()
+    reason = serializers.CharField(max_length=2000, required=False, allow_blank=True)
+
+
+class LeaseIn(StrictSerializer):
+    lease_s = serializers.IntegerField(min_value=1, max_value=3600, required=False, default=30)
+
+
+class OperationIn(StrictSerializer):
+    run = serializers.CharField(max_length=40)
+    tool = serializers.CharField(max_length=100)
+    call_id = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
+    operation_key = serializers.CharField(max_length=255)
+    arguments = JSONObject()
+    turn = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    approval = ApprovalAskIn(required=False)
+    claim = LeaseIn(required=False)
+
+
+class OutcomeIn(StrictSerializer):
+    kind = serializers.ChoiceField(choices=["succeeded", "failed", "unknown"])
+    result = AnyJSON(required=False, allow_null=True)
+    downstream_id = serializers.CharField(max_length=255, required=False, allow_blank=True)
+    cost = serializers.FloatField(min_value=0, required=False, allow_null=True)
+    code = serializers.RegexField(r"^[a-z0-9_.:-]{1,64}$", required=False)
+    detail = serializers.CharField(max_length=4000, required=False, allow_blank=True)
+    retry_after_ms = serializers.IntegerField(min_value=0, max_value=86_400_000, required=False)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs["kind"] == "failed" and not attrs.get("code"):
+            raise serializers.ValidationError({"code": ["A failed outcome needs a code."]})
+        if attrs["kind"] != "succeeded" and "result" in attrs:
+            raise serializers.ValidationError({"result": ["Only a success carries a result."]})
+        return attrs
+
+
+class ReconciliationIn(StrictSerializer):
+    result = serializers.ChoiceField(choices=["committed", "not_found", "still_unknown"])
+    downstream_id = serializers.CharField(max_length=255, required=False, allow_blank=True)
+    evidence = JSONObject(required=False)
+
+
+class CompensationIn(StrictSerializer):
+    result = serializers.ChoiceField(choices=["committed", "failed"])
+    evidence = JSONObject(required=False)
+
+
+# --- responses --------------------------------------------------------------------------
+
+
+class DecisionOut(serializers.Serializer):
+    by = serializers.CharField(source="user.username")
+    decision = serializers.CharField()
+    comment = serializers.CharField()
+    at = serializers.DateTimeField()
+
+
+class GrantOut(serializers.Serializer):
+    id = serializers.CharField()
+    intent_hash = serializers.CharField()
+    expires_at = serializers.DateTimeField()
+    revoked_at = serializers.DateTimeField(allow_null=True)
+    decided_by = serializers.SerializerMethodField()
+
+    def get_decided_by(self, grant) -> list[str]:
+        return [
+            d.user.username
+            for d in grant.request.decisions.all()
+            if d.decision == Decision.Verdict.APPROVE
+        ]
+
+
+class ApprovalOut(serializers.Serializer):
+    id = serializers.CharField()
+    status = serializers.CharField()
+    approvals_required = serializers.IntegerField()
+    reason = serializers.CharField()
+    decisions = DecisionOut(many=True)
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+    grant = serializers.SerializerMethodField()
+
+    @extend_schema_field(GrantOut(allow_null=True))
+    def get_grant(self, request: ApprovalRequest) -> dict[str, Any] | None:
+        grant = getattr(request, "grant", None)
+        return GrantOut(grant).data if grant is not None else None
+
+
+class ApprovalDetailOut(ApprovalOut):
+    operation = serializers.CharField(source="operation_id")
+    intent_hash = serializers.CharField()
+
+
+def _blank_to_none(value: str) -> str | None:
+    return value or None
+
+
+class OperationOut(serializers.Serializer):
+    id = serializers.CharField()
+    run = serializers.CharField(source="run_id")
+    tool = serializers.CharField(source="tool_id")
+    tool_version = serializers.IntegerField(source="tool_version.number")
+    effect_class = serializers.CharField()
+    call_id = serializers.SerializerMethodField()
+    operation_key = serializers.CharField()
+    arguments = AnyJSON()
+    intent_hash = serializers.CharField()
+    principal = serializers.CharField()
+    idempotency_key = serializers.CharField()
+    status = serializers.CharField()
+    attempts = serializers.IntegerField()
+    not_before = serializers.DateTimeField(allow_null=True)
+    lease_until = serializers.DateTimeField(allow_null=True)
+    deadline_at = serializers.DateTimeField(allow_null=True)
+    approval = serializers.SerializerMethodField()
+    result = AnyJSON(allow_null=True)
+    downstream_id = serializers.SerializerMethodField()
+    error_code = serializers.SerializerMethodField()
+    error_detail = serializers.SerializerMethodField()
+    next_probe_at = serializers.DateTimeField(allow_null=True)
+    previous_operation = serializers.CharField(source="previous_id", allow_null=True)
+    allowed_next_actions = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+    updated_at = serializers.DateTimeField()
+
+    def get_call_id(self, op: Operation) -> str | None:
+        return _blank_to_none(op.call_id)
+
+    def get_downstream_id(self, op: Operation) -> str | None:
+        return _blank_to_none(op.downstream_id)
+
+    def get_error_code(self, op: Operation) -> str | None:
+        return _blank_to_none(op.error_code)
+
+    def get_error_detail(self, op: Operation) -> str | None:
+        return _blank_to_none(op.error_detail)
+
+    @extend_schema_field(ApprovalOut(allow_null=True))
+    def get_approval(self, op: Operation) -> dict[str, Any] | None:
+        request = request_latest(op)
+        return ApprovalOut(request).data if request is not None else None
+
+    @extend_schema_field(
+        serializers.ListField(
+            child=serializers.ChoiceField(
+                choices=[
+                    "claim_attempt",
+                    "wait_for_approval",
+                    "wait_until_not_before",
+                    "post_outcome",
+                    "heartbeat",
+                    "reconcile",
+                    "compensate",
+                ]
+            )
+        )
+    )
+    def get_allowed_next_actions(self, op: Operation) -> list[str]:
+        return allowed_next_actions(status=op.status, now=timezone.now(), not_before=op.not_before)
+
+
+class AttemptOut(serializers.Serializer):
+    attempt = serializers.IntegerField(source="number")
+    id = serializers.CharField()
+    idempotency_key = serializers.CharField(source="operation.idempotency_key")
+    lease_until = serializers.DateTimeField()
+    status = serializers.CharField()
+
+
+class OperationCreatedOut(OperationOut):
+    attempt = AttemptOut(required=False, allow_null=True)
+
+
+class HeartbeatOut(serializers.Serializer):
+    attempt = serializers.IntegerField(source="number")
+    lease_until = serializers.DateTimeField()
+
+
+class EventOut(serializers.Serializer):
+    seq = serializers.IntegerField()
+    kind = serializers.CharField()
+    # "from" is a Python keyword, so these two are renamed in to_representation.
+    from_status = serializers.CharField()
+    to_status = serializers.CharField()
+    actor = serializers.CharField()
+    at = serializers.DateTimeField()
+    data = AnyJSON()
+    hash = serializers.CharField()
+    prev_hash = serializers.CharField()
+
+    def to_representation(self, event: Event) -> dict[str, Any]:
+        body = super().to_representation(event)
+        body["from"] = body.pop("from_status") or None
+        body["to"] = body.pop("to_status") or None
+        return body
+
+
+class ToolResultOut(serializers.Serializer):
+    status = serializers.CharField()
+    code = serializers.CharField(allow_null=True)
+    logical_operation_id = serializers.CharField()
+    message = serializers.CharField()
+    allowed_next_actions = serializers.ListField(child=serializers.CharField())
+
+
+class ToolOut(serializers.Serializer):
+    """A contract version, with the tool's name and which version is active."""
+
+    name = serializers.CharField(source="tool_id")
+    version = serializers.IntegerField(source="number")
+    active_version = serializers.SerializerMethodField()
+    active = serializers.SerializerMethodField()
+    weakens = serializers.ListField(child=serializers.CharField())
+    created_at = serializers.DateTimeField()
+
+    def get_active_version(self, version: ToolVersion) -> int | None:
+        active = version.tool.active_version
+        return active.number if active is not None else None
+
+    def get_active(self, version: ToolVersion) -> bool:
+        return version.tool.active_version_id == version.pk
+
+    def to_representation(self, version: ToolVersion) -> dict[str, Any]:
+        body = super().to_representation(version)
+        # The contract's own fields sit at the top level, as the runner PUT them.
+        return {**version.contract, **body}
+
+
+class UsageOut(serializers.Serializer):
+    tool_calls = serializers.IntegerField()
+    turns = serializers.IntegerField()
+    spend = serializers.FloatField()
+    elapsed_s = serializers.FloatField()
+
+
+class RunOut(serializers.Serializer):
+    id = serializers.CharField()
+    external_id = serializers.CharField()
+    principal = serializers.CharField()
+    status = serializers.CharField()
+    budgets = serializers.SerializerMethodField()
+    usage = serializers.SerializerMethodField()
+    deadline_at = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+    ended_at = serializers.DateTimeField(allow_null=True)
+
+    @extend_schema_field(BudgetsIn)
+    def get_budgets(self, run: Run) -> dict[str, Any]:
+        return {
+            "max_tool_calls": run.max_tool_calls,
+            "max_turns": run.max_turns,
+            "deadline_s": run.deadline_s,
+            "max_spend": float(run.max_spend) if run.max_spend is not None else None,
+        }
+
+    @extend_schema_field(UsageOut)
+    def get_usage(self, run: Run) -> dict[str, Any]:
+        end = run.ended_at or timezone.now()
+        return {
+            "tool_calls": run.tool_calls,
+            "turns": run.turns,
+            "spend": float(run.spend),
+            "elapsed_s": round((end - run.created_at).total_seconds(), 3),
+        }
+
+
+
+_MESSAGES = {
+    "awaiting_approval": "The call to {tool} is waiting for a person to approve it; do not "
+    "call it again, wait for the decision.",
+    "ready": "The call to {tool} is registered and may be attempted.",
+    "executing": "The call to {tool} is being executed.",
+    "outcome_unknown": "The outcome of the call to {tool} is unknown and is being "
+    "reconciled; do not retry it.",
+    "compensating": "The call to {tool} had an unknown outcome and is being undone.",
+    "succeeded": "The call to {tool} succeeded{reference}.",
+    "rejected": "A person rejected the call to {tool}{reason}; do not retry it as is.",
+    "failed_permanent": "The call to {tool} failed and will not be retried{reason}.",
+    "budget_exhausted": "The call to {tool} was stopped: its retry or time budget is used up.",
+    "compensated": "The call to {tool} was undone; it had no lasting effect.",
+    "cancelled": "The call to {tool} was cancelled before it ran.",
+}
+
+
+def tool_result(op: Operation) -> dict[str, Any]:
+    """The compact envelope a runner hands back to the model."""
+    reason = f": {op.error_detail}" if op.error_detail else ""
+    if op.status == "rejected" and op.error_code == "approval_expired":
+        reason = " (nobody decided before the request expired)"
+    message = _MESSAGES[op.status].format(
+        tool=op.tool_id,
+        reference=f" (reference {op.downstream_id})" if op.downstream_id else "",
+        reason=reason if op.status in {"rejected", "failed_permanent"} else "",
+    )
+    return {
+        "status": op.status,
+        "code": op.error_code or None,
+        "logical_operation_id": op.id,
+        "message": message,
+        "allowed_next_actions": allowed_next_actions(
+            status=op.status, now=timezone.now(), not_before=op.not_before
+        ),
+    }

@@ -1,0 +1,1414 @@
+"""Every write of the operation ledger, and the only door to an operation's state.
+
+Rules (style.md):
+
+- Each public function takes keyword-only arguments, including who acts, and runs in
+  one ``transaction.atomic``. It locks the row it changes (``select_for_update``; under
+  SQLite every transaction takes the write lock at BEGIN instead), checks the move
+  against ``machine.TRANSITIONS`` and appends the event in the same transaction.
+- A refusal that must leave a trace (an expired lease handled during a claim, a grant
+  found invalid) commits the trace and then raises: the private ``*_locked`` helpers
+  return the error instead of raising it inside the transaction.
+- No HTTP call happens inside a transaction.
+"""
+
+import hashlib
+import logging
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from approvals import selectors as approval_selectors
+from approvals import services as approval_services
+from approvals.models import ApprovalRequest
+from approvals.policy import evaluate as evaluate_policy
+from approvals.policy import is_missing, resolve_pointer
+
+from . import errors, machine
+from .arguments import freeze_arguments, validate_arguments
+from .canonical import canonical_json, intent_hash, sha256_hex
+from .contracts import normalize_contract, weakenings
+from .machine import Status, Verdict
+from .models import Attempt, Event, Operation, Run, Runner, RunnerToken, Tool, ToolVersion
+
+logger = logging.getLogger(__name__)
+
+GENESIS_HASH = "0" * 64
+TOKEN_PREFIX = "egr_"
+AttemptStatus = Attempt.AttemptStatus
+
+
+# ---------------------------------------------------------------------------------------
+# Actors and events
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts: a runner, a console user, or the system (sweep, probe, claim)."""
+
+    label: str
+    user: Any = None
+    runner: Runner | None = None
+
+    @classmethod
+    def of_runner(cls, runner: Runner) -> "Actor":
+        return cls(f"runner:{runner.name}", runner=runner)
+
+    @classmethod
+    def of_user(cls, user: Any) -> "Actor":
+        return cls(f"user:{user.get_username()}", user=user)
+
+    @classmethod
+    def system(cls, name: str) -> "Actor":
+        return cls(f"system:{name}")
+
+
+def _json_safe(value: Any) -> Any:
+    """Event data as plain JSON: timestamps as RFC 3339 strings, decimals as numbers."""
+    if isinstance(value, dict):
+        return {str(key): _json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_safe(item) for item in value]
+    if isinstance(value, datetime):
+        return _iso(value)
+    if isinstance(value, Decimal):
+        return float(value)
+    return value
+
+
+def _iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def event_hash(event: Event) -> str:
+    """The hash that chains an event to its stream's previous event."""
+    return sha256_hex(
+        {
+            "stream": event.stream,
+            "seq": event.seq,
+            "kind": event.kind,
+            "from": event.from_status,
+            "to": event.to_status,
+            "actor": event.actor,
+            "at": _iso(event.at),
+            "data": event.data,
+            "prev": event.prev_hash,
+        }
+    )
+
+
+def event_append(
+    *,
+    stream: str,
+    kind: str,
+    actor: Actor,
+    operation: Operation | None = None,
+    run: Run | None = None,
+    tool_name: str = "",
+    from_status: str = "",
+    to_status: str = "",
+    data: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> Event:
+    """Append one event to ``stream``; the caller holds the lock of the stream's row."""
+    last = Event.objects.filter(stream=stream).order_by("-seq").values_list("seq", "hash").first()
+    seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
+    event = Event(
+        stream=stream,
+        seq=seq,
+        kind=kind,
+        operation=operation,
+        run=run if run is not None else (operation.run if operation is not None else None),
+        tool_name=tool_name or (operation.tool_id if operation is not None else ""),
+        from_status=from_status,
+        to_status=to_status,
+        actor=actor.label,
+        actor_user=actor.user,
+        actor_runner=actor.runner,
+        at=now or timezone.now(),
+        data=_json_safe(data or {}),
+        prev_hash=prev_hash,
+    )
+    event.hash = event_hash(event)
+    event.save()
+    return event
+
+
+def _transition(
+    op: Operation,
+    *,
+    to: Status,
+    kind: str,
+    actor: Actor,
+    now: datetime,
+    data: dict[str, Any] | None = None,
+    **changes: Any,
+) -> Event:
+    """Move a locked operation to ``to``, saving ``changes`` and the event together."""
+    source = op.status
+    if not machine.can_transition(source, to):
+        raise errors.InvalidTransition(f"{source} -> {to} is not an allowed transition.")
+    op.status = to
+    for name, value in changes.items():
+        setattr(op, name, value)
+    if to != Status.EXECUTING:
+        op.lease_until = None
+    op.save()
+    return event_append(
+        stream=op.id,
+        kind=kind,
+        actor=actor,
+        operation=op,
+        from_status=source,
+        to_status=to,
+        data=data,
+        now=now,
+    )
+
+
+def _record(
+    op: Operation, *, kind: str, actor: Actor, now: datetime, data: dict[str, Any] | None = None
+) -> Event:
+    """An event that changes no state (heartbeat, late outcome, probe)."""
+    return event_append(
+        stream=op.id,
+        kind=kind,
+        actor=actor,
+        operation=op,
+        from_status=op.status,
+        to_status=op.status,
+        data=data,
+        now=now,
+    )
+
+
+def _lock(operation_id: str) -> Operation:
+    return (
+        Operation.objects.select_for_update(of=("self",))
+        .select_related("tool_version", "tool", "run", "runner")
+        .get(pk=operation_id)
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Runners and tokens
+
+
+def _token_hash(token: str) -> str:
+    # Tokens carry 256 random bits, so a fast hash is enough: nobody can guess one from
+    # its hash, and lookups stay a single indexed equality.
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def runner_create(*, name: str, owner: Any = None, actor: Actor) -> tuple[Runner, str]:
+    """Create a runner account and its first token. The token is returned only here."""
+    user_model = get_user_model()
+    with transaction.atomic():
+        service_user = user_model.objects.create(username=f"runner:{name}", is_active=True)
+        service_user.set_unusable_password()
+        service_user.save(update_fields=["password"])
+        runner = Runner.objects.create(name=name, owner=owner, service_user=service_user)
+        event_append(
+            stream=f"runner:{runner.id}",
+            kind="runner_created",
+            actor=actor,
+            data={"runner": runner.id, "name": name, "owner": owner.get_username() if owner else None},
+        )
+        token = _token_issue(runner=runner, scopes=RunnerToken.ALL_SCOPES, actor=actor)
+    return runner, token
+
+
+def _token_issue(
+    *,
+    runner: Runner,
+    scopes: list[str],
+    actor: Actor,
+    label: str = "",
+    expires_at: datetime | None = None,
+) -> str:
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    record = RunnerToken.objects.create(
+        runner=runner,
+        token_hash=_token_hash(token),
+        prefix=token[:12],
+        scopes=sorted(scopes),
+        label=label,
+        expires_at=expires_at,
+    )
+    event_append(
+        stream=f"runner:{runner.id}",
+        kind="token_created",
+        actor=actor,
+        data={"token": record.id, "prefix": record.prefix, "scopes": record.scopes},
+    )
+    return token
+
+
+def token_create(
+    *,
+    runner: Runner,
+    actor: Actor,
+    scopes: list[str] | None = None,
+    label: str = "",
+    expires_at: datetime | None = None,
+) -> str:
+    with transaction.atomic():
+        Runner.objects.select_for_update().get(pk=runner.pk)
+        return _token_issue(
+            runner=runner,
+            scopes=scopes or RunnerToken.ALL_SCOPES,
+            actor=actor,
+            label=label,
+            expires_at=expires_at,
+        )
+
+
+def token_revoke(*, token: RunnerToken, actor: Actor) -> RunnerToken:
+    with transaction.atomic():
+        Runner.objects.select_for_update().get(pk=token.runner_id)
+        changed = RunnerToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
+            revoked_at=timezone.now()
+        )
+        if changed:
+            event_append(
+                stream=f"runner:{token.runner_id}",
+                kind="token_revoked",
+                actor=actor,
+                data={"token": token.pk, "prefix": token.prefix},
+            )
+    token.refresh_from_db()
+    return token
+
+
+def token_authenticate(raw: str) -> tuple[Runner, RunnerToken] | None:
+    """The runner a bearer token belongs to, if the token is valid now."""
+    token = (
+        RunnerToken.objects.select_related("runner")
+        .filter(token_hash=_token_hash(raw))
+        .first()
+    )
+    now = timezone.now()
+    if token is None or token.revoked_at is not None or not token.runner.is_active:
+        return None
+    if token.expires_at is not None and token.expires_at <= now:
+        return None
+    # Record use at most once a minute: a write per request would cost more than it tells.
+    if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=1):
+        RunnerToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    return token.runner, token
+
+
+def runner_may_invoke(runner: Runner, tool: Tool) -> bool:
+    """By default a runner may invoke every tool; a restricted one only those granted."""
+    if not runner.restrict_tools:
+        return True
+    return runner.service_user.has_perm("operations.invoke_tool", tool)
+
+
+# ---------------------------------------------------------------------------------------
+# Tool contracts
+
+
+@dataclass(frozen=True)
+class ToolRegistration:
+    version: ToolVersion
+    created: bool  # the tool did not exist before
+    changed: bool  # a new version was stored
+
+
+def _lock_or_create_tool(name: str) -> tuple[Tool, bool]:
+    tool = Tool.objects.select_for_update().filter(pk=name).first()
+    if tool is not None:
+        return tool, False
+    try:
+        with transaction.atomic():
+            return Tool.objects.create(name=name), True
+    except IntegrityError:
+        return Tool.objects.select_for_update().get(pk=name), False
+
+
+def tool_register(*, name: str, body: Any, runner: Runner) -> ToolRegistration:
+    """Store a contract as a new version if it differs from the latest one.
+
+    A version that weakens the active one is stored inactive; a person allowed to
+    activate tools (never the registering runner's owner) must activate it.
+    """
+    contract = normalize_contract(body)
+    digest = sha256_hex(contract)
+    actor = Actor.of_runner(runner)
+    with transaction.atomic():
+        tool, created = _lock_or_create_tool(name)
+        latest = tool.versions.order_by("-number").first()
+        if latest is not None and latest.contract_hash == digest:
+            return ToolRegistration(version=latest, created=False, changed=False)
+        active = tool.active_version
+        reasons = weakenings(active.contract, contract) if active is not None else []
+        now = timezone.now()
+        version = ToolVersion.objects.create(
+            tool=tool,
+            number=latest.number + 1 if latest else 1,
+            contract=contract,
+            contract_hash=digest,
+            weakens=reasons,
+            registered_by=runner,
+            activated_at=None if reasons else now,
+        )
+        if not reasons:
+            tool.active_version = version
+            tool.save(update_fields=["active_version"])
+        event_append(
+            stream=f"tool:{tool.name}",
+            kind="contract_registered",
+            actor=actor,
+            tool_name=tool.name,
+            data={
+                "version": version.number,
+                "active": not reasons,
+                "weakens": reasons,
+                "contract_hash": digest,
+            },
+            now=now,
+        )
+    return ToolRegistration(version=version, created=created, changed=True)
+
+
+def tool_version_activate(*, version: ToolVersion, user: Any) -> ToolVersion:
+    """Make ``version`` the active contract of its tool (a person's decision)."""
+    tool = version.tool
+    if not user.is_active or not user.has_perm("operations.activate_tool", tool):
+        raise errors.PermissionRefused("You may not activate versions of this tool.")
+    registering_runner = version.registered_by
+    if registering_runner is not None and registering_runner.owner_id == user.pk:
+        raise errors.PermissionRefused(
+            "You own the runner that registered this version; someone else must activate it."
+        )
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update().get(pk=tool.pk)
+        previous = tool.active_version_id
+        now = timezone.now()
+        ToolVersion.objects.filter(pk=version.pk).update(activated_at=now, activated_by=user)
+        tool.active_version = version
+        tool.save(update_fields=["active_version"])
+        event_append(
+            stream=f"tool:{tool.name}",
+            kind="contract_activated",
+            actor=Actor.of_user(user),
+            tool_name=tool.name,
+            data={"version": version.number, "previous_version_id": previous},
+            now=now,
+        )
+    version.refresh_from_db()
+    return version
+
+
+# ---------------------------------------------------------------------------------------
+# Runs
+
+
+def run_create(
+    *, runner: Runner, principal: str, external_id: str = "", budgets: dict[str, Any]
+) -> Run:
+    now = timezone.now()
+    deadline_s = budgets.get("deadline_s")
+    max_spend = budgets.get("max_spend")
+    with transaction.atomic():
+        run = Run.objects.create(
+            runner=runner,
+            principal=principal,
+            external_id=external_id,
+            max_tool_calls=budgets.get("max_tool_calls"),
+            max_turns=budgets.get("max_turns"),
+            deadline_s=deadline_s,
+            max_spend=Decimal(str(max_spend)) if max_spend is not None else None,
+            deadline_at=now + timedelta(seconds=deadline_s) if deadline_s else None,
+        )
+        event_append(
+            stream=run.id,
+            kind="run_created",
+            actor=Actor.of_runner(runner),
+            run=run,
+            to_status=run.status,
+            data={"principal": principal, "external_id": external_id, "budgets": budgets},
+            now=now,
+        )
+    return run
+
+
+def run_cancel(*, run: Run, actor: Actor) -> Run:
+    """Cancel an active run and its operations that have not started.
+
+    Executing operations keep their lease and are classified by their outcome;
+    ``outcome_unknown`` and ``compensating`` ones still need an answer and stay.
+    """
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        if run.status != Run.RunStatus.ACTIVE:
+            return run
+        now = timezone.now()
+        source = run.status
+        run.status = Run.RunStatus.CANCELLED
+        run.ended_at = now
+        run.save(update_fields=["status", "ended_at", "updated_at"])
+        event_append(
+            stream=run.id,
+            kind="run_cancelled",
+            actor=actor,
+            run=run,
+            from_status=source,
+            to_status=run.status,
+            now=now,
+        )
+        waiting = run.operations.filter(
+            status__in=[Status.AWAITING_APPROVAL, Status.READY]
+        ).values_list("pk", flat=True)
+        for operation_id in list(waiting):
+            op = _lock(operation_id)
+            if op.status in (Status.AWAITING_APPROVAL, Status.READY):
+                _withdraw_pending_request(op, now=now)
+                _transition(
+                    op,
+                    to=Status.CANCELLED,
+                    kind="cancelled",
+                    actor=actor,
+                    now=now,
+                    data={"reason": "run cancelled"},
+                    error_code="cancelled",
+                    error_detail="The run was cancelled.",
+                )
+    return run
+
+
+def run_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Mark active runs past their deadline as expired (sweep step)."""
+    now = now or timezone.now()
+    expired = 0
+    due = Run.objects.filter(status=Run.RunStatus.ACTIVE, deadline_at__lte=now).values_list(
+        "pk", flat=True
+    )[:limit]
+    for run_id in list(due):
+        with transaction.atomic():
+            run = (
+                Run.objects.select_for_update(skip_locked=True)
+                .filter(pk=run_id, status=Run.RunStatus.ACTIVE, deadline_at__lte=now)
+                .first()
+            )
+            if run is None:
+                continue
+            run.status = Run.RunStatus.EXPIRED
+            run.ended_at = now
+            run.save(update_fields=["status", "ended_at", "updated_at"])
+            event_append(
+                stream=run.id,
+                kind="run_expired",
+                actor=Actor.system("sweep"),
+                run=run,
+                from_status=Run.RunStatus.ACTIVE,
+                to_status=run.status,
+                now=now,
+            )
+            expired += 1
+    return expired
+
+
+# ---------------------------------------------------------------------------------------
+# Registration
+
+
+@dataclass
+class Registration:
+    operation: Operation
+    created: bool
+    attempt: Attempt | None = None
+    claim_error: errors.DomainError | None = None
+
+
+def _principal_user(principal: str) -> Any:
+    if not principal.startswith("user:"):
+        return None
+    return get_user_model().objects.filter(username=principal[len("user:") :]).first()
+
+
+def _freeze(version: ToolVersion, arguments: Any) -> Any:
+    schema = version.contract["input_schema"]
+    validate_arguments(schema, arguments)
+    return freeze_arguments(
+        schema,
+        arguments,
+        key=settings.SENSITIVE_ARGUMENT_KEY,
+        key_id=settings.SENSITIVE_ARGUMENT_KEY_ID,
+    )
+
+
+def _replay(existing: Operation, *, tool_name: str, arguments: Any, principal: str) -> Operation:
+    """The same operation_key again: the same operation if the intent is unchanged.
+
+    The arguments are frozen under the contract version the operation was registered
+    with, so a newer contract cannot make a faithful replay look like a new intent.
+    """
+    mismatch = errors.IntentMismatch(
+        f"operation_key {existing.operation_key!r} is registered as {existing.id} with "
+        "another tool, arguments or principal. Use a new operation_key for a new intent.",
+        operation=existing.id,
+    )
+    if tool_name != existing.tool_id:
+        raise mismatch
+    try:
+        frozen = _freeze(existing.tool_version, arguments)
+    except errors.InvalidArguments as exc:
+        raise mismatch from exc
+    if intent_hash(tool=tool_name, arguments=frozen, principal=principal) != existing.intent_hash:
+        raise mismatch
+    return existing
+
+
+def _concurrency_value(contract: dict[str, Any], frozen: Any) -> str | None:
+    pointer = contract.get("concurrency_key")
+    if not pointer:
+        return None
+    value = resolve_pointer(frozen, pointer)
+    if is_missing(value):
+        return None
+    return hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+def _check_run_budgets(run: Run, *, turn: int | None, now: datetime) -> None:
+    """Refuse a registration the run cannot afford. Raises before anything is written."""
+    if run.status != Run.RunStatus.ACTIVE:
+        raise errors.RunNotActive(f"Run {run.id} is {run.status}.")
+    if run.deadline_at is not None and run.deadline_at <= now:
+        raise errors.BudgetExhausted(f"Run {run.id} is past its deadline.", budget="deadline_s")
+    if run.max_tool_calls is not None and run.tool_calls >= run.max_tool_calls:
+        raise errors.BudgetExhausted(
+            f"Run {run.id} has used all {run.max_tool_calls} tool calls.", budget="max_tool_calls"
+        )
+    if run.max_spend is not None and run.spend >= run.max_spend:
+        raise errors.BudgetExhausted(
+            f"Run {run.id} has spent its budget of {run.max_spend}.", budget="max_spend"
+        )
+    if run.max_turns is not None and turn is not None and turn > run.max_turns:
+        raise errors.BudgetExhausted(
+            f"Turn {turn} is past run {run.id}'s budget of {run.max_turns} turns.",
+            budget="max_turns",
+        )
+
+
+def _open_request(
+    op: Operation,
+    *,
+    reason: str,
+    context: dict[str, Any],
+    now: datetime,
+) -> ApprovalRequest:
+    approval = op.tool_version.contract["approval"]
+    barred = {op.principal_user_id, op.runner.owner_id, *context.pop("barred_user_ids", [])}
+    context["barred_user_ids"] = sorted(pk for pk in barred if pk is not None)
+    return approval_services.request_open(
+        operation=op,
+        intent_hash=op.intent_hash,
+        approvals_required=approval["approvals_required"],
+        request_ttl_s=approval["request_ttl_s"],
+        grant_ttl_s=approval["grant_ttl_s"],
+        reason=reason,
+        context=context,
+        now=now,
+    )
+
+
+def _withdraw_pending_request(op: Operation, *, now: datetime) -> None:
+    latest = approval_selectors.request_latest(op)
+    if latest is not None and latest.status == ApprovalRequest.RequestStatus.PENDING:
+        approval_services.request_withdraw(request=latest, now=now)
+
+
+def operation_register(
+    *,
+    runner: Runner,
+    run_id: str,
+    tool_name: str,
+    operation_key: str,
+    arguments: Any,
+    call_id: str = "",
+    turn: int | None = None,
+    approval: dict[str, Any] | None = None,
+    claim_lease_s: int | None = None,
+) -> Registration:
+    """Register one intended side effect, or return the one already registered.
+
+    1. Resolve the run (the runner's own) and the tool's active contract version.
+    2. A known ``operation_key`` answers the same operation when the intent is the same
+       and ``intent_mismatch`` otherwise, before any budget is consulted: a runner that
+       crashed after registering must get its operation back.
+    3. Check invoke permission, validate and freeze the arguments, hash the intent.
+    4. Under the run's row lock: check the run's budgets, insert the operation (the
+       unique key settles races between runs), count the tool call, evaluate the
+       approval policy, append the events, and claim the first attempt if asked.
+    """
+    from .selectors import run_get_for_runner
+
+    run = run_get_for_runner(runner=runner, run_id=run_id)
+    existing = (
+        Operation.objects.select_related("tool_version")
+        .filter(runner=runner, operation_key=operation_key)
+        .first()
+    )
+    if existing is not None:
+        return Registration(
+            operation=_replay(
+                existing, tool_name=tool_name, arguments=arguments, principal=run.principal
+            ),
+            created=False,
+        )
+    tool = Tool.objects.select_related("active_version").filter(pk=tool_name).first()
+    if tool is None or tool.active_version is None:
+        raise errors.UnknownTool(f"No tool named {tool_name!r} is registered.")
+    if not runner_may_invoke(runner, tool):
+        raise errors.ToolForbidden(f"Runner {runner.name} may not invoke {tool.name}.")
+    version = tool.active_version
+    frozen = _freeze(version, arguments)
+    digest = intent_hash(tool=tool.name, arguments=frozen, principal=run.principal)
+    contract = version.contract
+    wants_approval = bool(approval and approval.get("require"))
+    policy = evaluate_policy(
+        contract["approval"],
+        frozen,
+        runner_requested=wants_approval,
+        runner_reason=(approval or {}).get("reason"),
+    )
+    actor = Actor.of_runner(runner)
+
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        now = timezone.now()
+        _check_run_budgets(run, turn=turn, now=now)
+        deadline_s = contract["retry"]["deadline_s"]
+        op = Operation(
+            runner=runner,
+            run=run,
+            tool=tool,
+            tool_version=version,
+            effect_class=contract["effect_class"],
+            call_id=call_id,
+            operation_key=operation_key,
+            arguments=frozen,
+            intent_hash=digest,
+            principal=run.principal,
+            principal_user=_principal_user(run.principal),
+            status=Status.AWAITING_APPROVAL if policy.required else Status.READY,
+            deadline_at=now + timedelta(seconds=deadline_s) if deadline_s else None,
+            concurrency_value=_concurrency_value(contract, frozen),
+            turn=turn,
+        )
+        try:
+            with transaction.atomic():
+                op.save(force_insert=True)
+        except IntegrityError:
+            existing = Operation.objects.select_related("tool_version").get(
+                runner=runner, operation_key=operation_key
+            )
+            return Registration(
+                operation=_replay(
+                existing, tool_name=tool_name, arguments=arguments, principal=run.principal
+            ),
+                created=False,
+            )
+        Run.objects.filter(pk=run.pk).update(
+            tool_calls=F("tool_calls") + 1,
+            turns=max(run.turns, turn or 0),
+            updated_at=now,
+        )
+        event_append(
+            stream=op.id,
+            kind="registered",
+            actor=actor,
+            operation=op,
+            to_status=op.status,
+            data={
+                "tool": tool.name,
+                "tool_version": version.number,
+                "operation_key": operation_key,
+                "call_id": call_id,
+                "intent_hash": digest,
+                "turn": turn,
+            },
+            now=now,
+        )
+        if policy.required:
+            request = _open_request(
+                op,
+                reason=policy.reason,
+                context={
+                    "matched_rules": policy.matched_rules,
+                    "policy_mode": policy.mode,
+                    "runner_reason": policy.runner_reason,
+                },
+                now=now,
+            )
+            _record(
+                op,
+                kind="approval_requested",
+                actor=actor,
+                now=now,
+                data={"approval": request.id, "reason": request.reason},
+            )
+        registration = Registration(operation=op, created=True)
+        if claim_lease_s is not None and op.status == Status.READY:
+            result = _claim_locked(op, runner=runner, lease_s=claim_lease_s, now=now)
+            if isinstance(result, errors.DomainError):
+                registration.claim_error = result
+            else:
+                registration.attempt = result
+    return registration
+
+
+# ---------------------------------------------------------------------------------------
+# Claims
+
+
+def attempt_claim(*, operation: Operation, runner: Runner, lease_s: int) -> Attempt:
+    """Claim the next attempt of an operation: ``ready`` -> ``executing``.
+
+    Committed before it returns, so the runner calls the outside world only once the
+    claim is durable. Refusals follow api.md's order.
+    """
+    with transaction.atomic():
+        op = _lock(operation.pk)
+        result = _claim_locked(op, runner=runner, lease_s=lease_s, now=timezone.now())
+    if isinstance(result, errors.DomainError):
+        raise result
+    return result
+
+
+def _retry_after_ms(until: datetime, now: datetime) -> int:
+    return max(1, int((until - now).total_seconds() * 1000) + 1)
+
+
+def _claim_locked(
+    op: Operation, *, runner: Runner, lease_s: int, now: datetime
+) -> Attempt | errors.DomainError:
+    actor = Actor.of_runner(runner)
+    if op.status == Status.EXECUTING:
+        if op.lease_until is not None and op.lease_until > now:
+            return errors.AttemptInProgress(
+                f"Attempt {op.attempts} holds a lease until {_iso(op.lease_until)}.",
+                retry_after_ms=_retry_after_ms(op.lease_until, now),
+            )
+        _expire_lease_locked(op, actor=actor, now=now)
+
+    if op.status in machine.TERMINAL:
+        return errors.OperationClosed(f"Operation {op.id} is {op.status}.")
+    if op.status == Status.OUTCOME_UNKNOWN:
+        return errors.ReconciliationRequired()
+    if op.status == Status.COMPENSATING:
+        return errors.CompensationRequired()
+    if op.status == Status.AWAITING_APPROVAL:
+        return errors.ApprovalRequired()
+    if not runner_may_invoke(runner, op.tool):
+        return errors.ToolForbidden(f"Runner {runner.name} may not invoke {op.tool_id}.")
+
+    request = approval_selectors.request_latest(op)
+    if request is not None:
+        problem = approval_services.grant_problem(
+            request=request, intent_hash=op.intent_hash, tool=op.tool, now=now
+        )
+        if problem is not None:
+            new_request = _open_request(
+                op,
+                reason=f"A new approval is needed: {problem}.",
+                context={
+                    "replaces": request.id,
+                    "grant_problem": problem,
+                    "barred_user_ids": request.context.get("barred_user_ids", []),
+                },
+                now=now,
+            )
+            _transition(
+                op,
+                to=Status.AWAITING_APPROVAL,
+                kind="grant_invalid",
+                actor=actor,
+                now=now,
+                data={"problem": problem, "approval": new_request.id, "previous": request.id},
+            )
+            return errors.GrantInvalid(f"The grant cannot be used: {problem}.")
+
+    if op.not_before is not None and op.not_before > now:
+        return errors.RetryLater(
+            f"The next attempt may start at {_iso(op.not_before)}.",
+            retry_after_ms=_retry_after_ms(op.not_before, now),
+        )
+    max_attempts = op.tool_version.contract["retry"]["max_attempts"]
+    if (op.deadline_at is not None and op.deadline_at <= now) or op.attempts >= max_attempts:
+        target = machine.end_without_retry(
+            effect_class=op.effect_class,
+            unknown_sticky=op.unknown_sticky,
+            wanted=Status.BUDGET_EXHAUSTED,
+        )
+        why = "deadline passed" if op.attempts < max_attempts else "no attempts left"
+        _enter(
+            op,
+            to=target,
+            kind="budget_exhausted",
+            actor=actor,
+            now=now,
+            data={"reason": why},
+            error_code="budget_exhausted",
+            error_detail=f"The operation's budget is exhausted: {why}.",
+        )
+        return errors.BudgetExhausted(f"The operation's budget is exhausted: {why}.")
+
+    conflict = errors.ConcurrencyConflict(
+        "Another operation on the same resource is executing or awaiting an answer."
+    )
+    if op.concurrency_value is not None and (
+        Operation.objects.filter(
+            tool_id=op.tool_id,
+            concurrency_value=op.concurrency_value,
+            status__in=list(machine.BLOCKING),
+        )
+        .exclude(pk=op.pk)
+        .exists()
+    ):
+        return conflict
+    number = op.attempts + 1
+    lease_until = now + timedelta(seconds=lease_s)
+    try:
+        # The partial unique index is the last word on the concurrency key: a rival that
+        # committed after the check above makes this savepoint fail, not the claim's
+        # whole transaction.
+        with transaction.atomic():
+            attempt = Attempt.objects.create(
+                operation=op, number=number, claimed_at=now, lease_until=lease_until
+            )
+            _transition(
+                op,
+                to=Status.EXECUTING,
+                kind="claimed",
+                actor=actor,
+                now=now,
+                data={"attempt": number, "lease_until": lease_until},
+                attempts=number,
+                lease_until=lease_until,
+                not_before=None,
+            )
+    except IntegrityError:
+        op.refresh_from_db()
+        return conflict
+    return attempt
+
+
+# ---------------------------------------------------------------------------------------
+# Outcomes, leases and late results
+
+
+def _enter(op: Operation, *, to: Status, **kwargs: Any) -> Event:
+    """A transition that also prepares the target state's bookkeeping."""
+    if to == Status.OUTCOME_UNKNOWN:
+        # The first lookup is due as soon as the operation becomes unknown.
+        kwargs.setdefault("next_probe_at", kwargs["now"])
+        kwargs.setdefault("probes", 0)
+    else:
+        kwargs.setdefault("next_probe_at", None)
+    return _transition(op, to=to, **kwargs)
+
+
+def _settle(
+    op: Operation,
+    *,
+    kind: str,
+    code: str,
+    detail: str,
+    actor: Actor,
+    now: datetime,
+    event_kind: str,
+    attempt_number: int,
+    retry_after_ms: int | None = None,
+    result: Any = None,
+    downstream_id: str = "",
+) -> None:
+    """Apply the outcome table (product.md §3) to an executing operation."""
+    contract = op.tool_version.contract
+    retry = contract["retry"]
+    verdict = machine.classify_outcome(
+        effect_class=op.effect_class,
+        kind=kind,
+        code=code or None,
+        retryable_codes=retry["retryable_codes"],
+    )
+    sticky = op.unknown_sticky or (kind == "unknown" and machine.is_write(op.effect_class))
+    data = {"attempt": attempt_number, "kind": kind, "code": code, "verdict": verdict.value}
+    common = {"actor": actor, "now": now, "kind": event_kind, "unknown_sticky": sticky}
+
+    if verdict == Verdict.SUCCEEDED:
+        _enter(
+            op,
+            to=Status.SUCCEEDED,
+            data=data,
+            result=result,
+            downstream_id=downstream_id,
+            error_code="",
+            error_detail="",
+            **common,
+        )
+    elif verdict == Verdict.FAILED_PERMANENT:
+        target = machine.end_without_retry(
+            effect_class=op.effect_class, unknown_sticky=sticky, wanted=Status.FAILED_PERMANENT
+        )
+        _enter(op, to=target, data=data, error_code=code, error_detail=detail, **common)
+    elif verdict == Verdict.COMPENSATE:
+        _enter(op, to=Status.COMPENSATING, data=data, error_code=code, error_detail=detail, **common)
+    elif verdict == Verdict.RECONCILE:
+        _enter(
+            op, to=Status.OUTCOME_UNKNOWN, data=data, error_code=code, error_detail=detail, **common
+        )
+    else:
+        delay_ms = machine.backoff_delay_ms(
+            attempt=op.attempts,
+            base_delay_ms=retry["base_delay_ms"],
+            max_delay_ms=retry["max_delay_ms"],
+        )
+        delay_ms = max(delay_ms, retry_after_ms or 0)
+        not_before = now + timedelta(milliseconds=delay_ms)
+        budget = machine.Budget(
+            attempts_used=op.attempts,
+            max_attempts=retry["max_attempts"],
+            deadline_at=op.deadline_at,
+        )
+        if machine.retry_possible(budget, not_before=not_before):
+            data["not_before"] = not_before
+            _enter(
+                op,
+                to=Status.READY,
+                data=data,
+                not_before=not_before,
+                error_code=code,
+                error_detail=detail,
+                **common,
+            )
+        else:
+            target = machine.end_without_retry(
+                effect_class=op.effect_class, unknown_sticky=sticky, wanted=Status.BUDGET_EXHAUSTED
+            )
+            data["budget"] = "attempts" if op.attempts >= retry["max_attempts"] else "deadline"
+            _enter(
+                op,
+                to=target,
+                data=data,
+                error_code=code,
+                error_detail=f"No retry left after attempt {op.attempts}. {detail}".strip(),
+                **common,
+            )
+
+
+def _current_attempt(op: Operation) -> Attempt | None:
+    return (
+        Attempt.objects.select_for_update()
+        .filter(operation=op, number=op.attempts, status=AttemptStatus.EXECUTING)
+        .first()
+    )
+
+
+def _expire_lease_locked(op: Operation, *, actor: Actor, now: datetime) -> None:
+    """An expired lease with no outcome is an ``unknown`` outcome (product.md §3)."""
+    attempt = _current_attempt(op)
+    if attempt is not None:
+        attempt.status = AttemptStatus.LEASE_EXPIRED
+        attempt.closed_at = now
+        attempt.save(update_fields=["status", "closed_at"])
+    _settle(
+        op,
+        kind="unknown",
+        code="lease_expired",
+        detail=f"The lease of attempt {op.attempts} expired with no outcome.",
+        actor=actor,
+        now=now,
+        event_kind="lease_expired",
+        attempt_number=op.attempts,
+    )
+
+
+def _outcome_body(body: dict[str, Any]) -> dict[str, Any]:
+    """The stored form of a posted outcome, for comparing a repeat with the original."""
+    return {key: value for key, value in body.items() if value is not None}
+
+
+def attempt_record_outcome(
+    *, operation: Operation, number: int, body: dict[str, Any], runner: Runner
+) -> Operation:
+    """Record what an attempt did and classify the operation.
+
+    The same outcome again answers the operation unchanged; a different one for an
+    attempt that has one is ``outcome_conflict``. Once something acted on the attempt's
+    expired lease, every post is a late outcome: recorded, answered ``stale_attempt``,
+    and only a late success changes state.
+    """
+    actor = Actor.of_runner(runner)
+    posted = _outcome_body(body)
+    with transaction.atomic():
+        op = _lock(operation.pk)
+        now = timezone.now()
+        attempt = Attempt.objects.select_for_update().filter(operation=op, number=number).first()
+        if attempt is None:
+            raise errors.NotFound(f"Operation {op.id} has no attempt {number}.")
+        result: Operation | errors.DomainError
+        if attempt.status in (AttemptStatus.LEASE_EXPIRED, AttemptStatus.SUPERSEDED):
+            result = _late_outcome_locked(op, attempt=attempt, body=posted, actor=actor, now=now)
+        elif attempt.status != AttemptStatus.EXECUTING:
+            if canonical_json(attempt.outcome) == canonical_json(posted):
+                result = op
+            else:
+                _record(
+                    op,
+                    kind="outcome_conflict",
+                    actor=actor,
+                    now=now,
+                    data={"attempt": number, "recorded": attempt.status, "posted": posted["kind"],
+                          "code": posted.get("code")},
+                )
+                result = errors.OutcomeConflict(
+                    f"Attempt {number} already ended {attempt.status}. If the effect is now "
+                    "known to have happened, post a reconciliation."
+                )
+        else:
+            result = _apply_outcome_locked(op, attempt=attempt, body=posted, actor=actor, now=now)
+    if isinstance(result, errors.DomainError):
+        raise result
+    return result
+
+
+def _add_spend(op: Operation, cost: Any) -> None:
+    if cost:
+        Run.objects.filter(pk=op.run_id).update(spend=F("spend") + Decimal(str(cost)))
+
+
+def _apply_outcome_locked(
+    op: Operation, *, attempt: Attempt, body: dict[str, Any], actor: Actor, now: datetime
+) -> Operation:
+    kind = body["kind"]
+    attempt.status = {
+        "succeeded": AttemptStatus.SUCCEEDED,
+        "failed": AttemptStatus.FAILED,
+        "unknown": AttemptStatus.UNKNOWN,
+    }[kind]
+    attempt.outcome = body
+    attempt.outcome_code = body.get("code", "")
+    attempt.closed_at = now
+    attempt.save(update_fields=["status", "outcome", "outcome_code", "closed_at"])
+    _add_spend(op, body.get("cost"))
+    _settle(
+        op,
+        kind=kind,
+        code=body.get("code", "unknown" if kind == "unknown" else ""),
+        detail=body.get("detail", ""),
+        actor=actor,
+        now=now,
+        event_kind="outcome",
+        attempt_number=attempt.number,
+        retry_after_ms=body.get("retry_after_ms"),
+        result=body.get("result"),
+        downstream_id=body.get("downstream_id", ""),
+    )
+    return op
+
+
+def _late_outcome_locked(
+    op: Operation, *, attempt: Attempt, body: dict[str, Any], actor: Actor, now: datetime
+) -> errors.DomainError:
+    _record(
+        op,
+        kind="late_outcome",
+        actor=actor,
+        now=now,
+        data={"attempt": attempt.number, "outcome": body},
+    )
+    _add_spend(op, body.get("cost"))
+    if body["kind"] == "succeeded" and op.status in machine.LATE_SUCCESS_FROM:
+        # The effect happened: that is evidence whatever else went on meanwhile.
+        if op.status == Status.EXECUTING:
+            newer = _current_attempt(op)
+            if newer is not None:
+                newer.status = AttemptStatus.SUPERSEDED
+                newer.closed_at = now
+                newer.save(update_fields=["status", "closed_at"])
+        _withdraw_pending_request(op, now=now)
+        _enter(
+            op,
+            to=Status.SUCCEEDED,
+            kind="late_success",
+            actor=actor,
+            now=now,
+            data={"attempt": attempt.number, "downstream_id": body.get("downstream_id")},
+            result=body.get("result"),
+            downstream_id=body.get("downstream_id", ""),
+            error_code="",
+            error_detail="",
+            unknown_sticky=False,
+        )
+    return errors.StaleAttempt(
+        f"Attempt {attempt.number}'s lease ended before this outcome; it was recorded as a "
+        "late outcome."
+    )
+
+
+def attempt_heartbeat(
+    *, operation: Operation, number: int, lease_s: int, runner: Runner
+) -> Attempt:
+    with transaction.atomic():
+        op = _lock(operation.pk)
+        now = timezone.now()
+        attempt = Attempt.objects.select_for_update().filter(operation=op, number=number).first()
+        if attempt is None:
+            raise errors.NotFound(f"Operation {op.id} has no attempt {number}.")
+        if attempt.status != AttemptStatus.EXECUTING or attempt.lease_until <= now:
+            raise errors.StaleAttempt(f"Attempt {number} no longer holds a lease.")
+        attempt.lease_until = now + timedelta(seconds=lease_s)
+        attempt.last_heartbeat_at = now
+        attempt.save(update_fields=["lease_until", "last_heartbeat_at"])
+        op.lease_until = attempt.lease_until
+        op.save(update_fields=["lease_until", "updated_at"])
+        _record(
+            op,
+            kind="heartbeat",
+            actor=Actor.of_runner(runner),
+            now=now,
+            data={"attempt": number, "lease_until": attempt.lease_until},
+        )
+    return attempt
+
+
+def lease_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Treat every expired lease as an ``unknown`` outcome (sweep step).
+
+    Safe on many workers at once: each operation is taken with SKIP LOCKED and checked
+    again under its lock, so a claim or outcome that got there first wins.
+    """
+    now = now or timezone.now()
+    handled = 0
+    due = Operation.objects.filter(status=Status.EXECUTING, lease_until__lte=now).values_list(
+        "pk", flat=True
+    )[:limit]
+    for operation_id in list(due):
+        with transaction.atomic():
+            op = (
+                Operation.objects.select_for_update(skip_locked=True, of=("self",))
+                .select_related("tool_version", "tool", "run", "runner")
+                .filter(pk=operation_id, status=Status.EXECUTING, lease_until__lte=now)
+                .first()
+            )
+            if op is None:
+                continue
+            _expire_lease_locked(op, actor=Actor.system("sweep"), now=now)
+            handled += 1
+    return handled
+
+
+def operation_deadline_due(*, now: datetime | None = None, limit: int = 500) -> int:
+    """End waiting operations past their deadline (sweep step)."""
+    now = now or timezone.now()
+    handled = 0
+    waiting = [Status.READY, Status.AWAITING_APPROVAL]
+    due = Operation.objects.filter(status__in=waiting, deadline_at__lte=now).values_list(
+        "pk", flat=True
+    )[:limit]
+    for operation_id in list(due):
+        with transaction.atomic():
+            op = (
+                Operation.objects.select_for_update(skip_locked=True, of=("self",))
+                .select_related("tool_version", "tool", "run", "runner")
+                .filter(pk=operation_id, status__in=waiting, deadline_at__lte=now)
+                .first()
+            )
+            if op is None:
+                continue
+            _withdraw_pending_request(op, now=now)
+            _enter(
+                op,
+                to=machine.end_without_retry(
+                    effect_class=op.effect_class,
+                    unknown_sticky=op.unknown_sticky,
+                    wanted=Status.BUDGET_EXHAUSTED,
+                ),
+                kind="budget_exhausted",
+                actor=Actor.system("sweep"),
+                now=now,
+                data={"reason": "deadline passed"},
+                error_code="budget_exhausted",
+                error_detail="The operation's deadline passed before it could run.",
+            )
+            handled += 1
+    return handled
+
+
+# ---------------------------------------------------------------------------------------
+# Reconciliation and compensation
+
+
+def operation_reconcile(
+    *,
+    operation: Operation,
+    result: str,
+    actor: Actor,
+    downstream_id: str = "",
+    evidence: dict[str, Any] | None = None,
+    source: str = "runner",
+) -> Operation:
+    """Answer the question an ``outcome_unknown`` operation asks: did it happen?
+
+    ``committed`` closes it as succeeded. ``not_found`` marks its unknown attempts as
+    not applied and lets it try again (irreversible tools only through a new approval
+    that shows the evidence), or ends it when nothing is left. ``still_unknown``
+    schedules the next probe with backoff, up to the contract's ``max_probes``.
+    """
+    evidence = evidence or {}
+    with transaction.atomic():
+        op = _lock(operation.pk)
+        now = timezone.now()
+        if op.status != Status.OUTCOME_UNKNOWN:
+            raise errors.NotUnknown(f"Operation {op.id} is {op.status}, not outcome_unknown.")
+        data = {
+            "result": result,
+            "downstream_id": downstream_id or None,
+            "evidence": evidence,
+            "source": source,
+        }
+        if result == "committed":
+            _enter(
+                op,
+                to=Status.SUCCEEDED,
+                kind="reconciled",
+                actor=actor,
+                now=now,
+                data=data,
+                downstream_id=downstream_id or op.downstream_id,
+                error_code="",
+                error_detail="",
+            )
+        elif result == "not_found":
+            _not_found_locked(op, actor=actor, now=now, data=data)
+        else:
+            max_probes = op.tool_version.contract["reconcile"]["max_probes"]
+            op.probes += 1
+            exhausted = op.probes >= max_probes
+            op.next_probe_at = None if exhausted else now + machine.next_probe_delay(
+                probes=op.probes
+            )
+            op.save(update_fields=["probes", "next_probe_at", "updated_at"])
+            data.update(probes=op.probes, probes_exhausted=exhausted, next_probe_at=op.next_probe_at)
+            _record(op, kind="probe", actor=actor, now=now, data=data)
+    return op
+
+
+def _not_found_locked(
+    op: Operation, *, actor: Actor, now: datetime, data: dict[str, Any]
+) -> None:
+    Attempt.objects.filter(
+        operation=op,
+        status__in=[AttemptStatus.UNKNOWN, AttemptStatus.LEASE_EXPIRED],
+        not_applied=False,
+    ).update(not_applied=True)
+    contract = op.tool_version.contract
+    out_of_time = op.deadline_at is not None and op.deadline_at <= now
+    out_of_attempts = op.attempts >= contract["retry"]["max_attempts"]
+    common = {"actor": actor, "now": now, "kind": "reconciled", "unknown_sticky": False}
+    if out_of_time or out_of_attempts:
+        why = "deadline passed" if out_of_time else "no attempts left"
+        _enter(
+            op,
+            to=Status.BUDGET_EXHAUSTED,
+            data={**data, "budget": why},
+            error_code="budget_exhausted",
+            error_detail=f"The effect did not happen and the budget is exhausted: {why}.",
+            **common,
+        )
+    elif op.effect_class == machine.EffectClass.IRREVERSIBLE:
+        barred = [actor.user.pk] if actor.user is not None else []
+        request = _open_request(
+            op,
+            reason=(
+                "Reconciliation found that the earlier attempt did not happen. Approve to "
+                "try again, having read the evidence."
+            ),
+            context={"reconciliation": data, "barred_user_ids": barred},
+            now=now,
+        )
+        _enter(
+            op,
+            to=Status.AWAITING_APPROVAL,
+            data={**data, "approval": request.id},
+            error_code="",
+            error_detail="",
+            **common,
+        )
+    else:
+        _enter(
+            op,
+            to=Status.READY,
+            data=data,
+            not_before=None,
+            error_code="",
+            error_detail="",
+            **common,
+        )
+
+
+def operation_compensate(
+    *,
+    operation: Operation,
+    result: str,
+    actor: Actor,
+    evidence: dict[str, Any] | None = None,
+) -> Operation:
+    """Record the outcome of a compensable operation's undo."""
+    with transaction.atomic():
+        op = _lock(operation.pk)
+        now = timezone.now()
+        if op.status != Status.COMPENSATING:
+            raise errors.NotCompensating(f"Operation {op.id} is {op.status}, not compensating.")
+        data = {"result": result, "evidence": evidence or {}}
+        if result == "committed":
+            _enter(
+                op,
+                to=Status.COMPENSATED,
+                kind="compensation",
+                actor=actor,
+                now=now,
+                data=data,
+                error_code="compensated",
+                error_detail="The effect was undone.",
+            )
+        else:
+            op.error_code = "compensation_failed"
+            op.error_detail = "The undo failed; the operation waits in the reconciliation queue."
+            op.save(update_fields=["error_code", "error_detail", "updated_at"])
+            _record(op, kind="compensation", actor=actor, now=now, data=data)
+    return op
+
+
+# ---------------------------------------------------------------------------------------
+# Sweep
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    leases_expired: int
+    operations_past_deadline: int
+    runs_expired: int
+
+
+def sweep(*, now: datetime | None = None) -> SweepReport:
+    """Every time-driven transition, once. Idempotent; safe to run concurrently."""
+    now = now or timezone.now()
+    return SweepReport(
+        leases_expired=lease_expire_due(now=now),
+        operations_past_deadline=operation_deadline_due(now=now),
+        runs_expired=run_expire_due(now=now),
+    )

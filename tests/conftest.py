@@ -1,0 +1,123 @@
+"""Shared fixtures: runner accounts with tokens, an API client, tool contracts."""
+
+import itertools
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from operations import services
+
+_counter = itertools.count(1)
+
+REFUND_SCHEMA = {
+    "type": "object",
+    "required": ["payment_id", "amount_cents"],
+    "properties": {
+        "payment_id": {"type": "string"},
+        "amount_cents": {"type": "integer", "minimum": 1},
+    },
+    "additionalProperties": False,
+}
+
+
+def contract(effect_class: str = "idempotent", **overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "effect_class": effect_class,
+        "input_schema": REFUND_SCHEMA,
+        "retry": {
+            "max_attempts": 3,
+            "retryable_codes": ["rate_limited"],
+            "base_delay_ms": 0,
+            "max_delay_ms": 0,
+        },
+        "approval": {"mode": "never"},
+    }
+    body.update(overrides)
+    return body
+
+
+class Api:
+    """A runner's view of the API: a DRF test client with its bearer token."""
+
+    def __init__(self, runner, token: str) -> None:
+        self.runner = runner
+        self.token = token
+        self.client = APIClient()
+        self.client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    def get(self, path: str, **kwargs):
+        return self.client.get(path, **kwargs)
+
+    def post(self, path: str, body: Any = None, **kwargs):
+        return self.client.post(path, body if body is not None else {}, format="json", **kwargs)
+
+    def put(self, path: str, body: Any, **kwargs):
+        return self.client.put(path, body, format="json", **kwargs)
+
+    # Shortcuts for the common path; each asserts the status it expects.
+
+    def tool(self, name: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        response = self.put(f"/api/v1/tools/{name}", body or contract())
+        assert response.status_code in (200, 201), response.json()
+        return response.json()
+
+    def run(self, principal: str = "user:alice", **budgets: Any) -> str:
+        response = self.post("/api/v1/runs", {"principal": principal, "budgets": budgets})
+        assert response.status_code == 201, response.json()
+        return response.json()["id"]
+
+    def register(self, run: str, tool: str, arguments: dict[str, Any] | None = None,
+                 expect: int = 201, **extra: Any) -> dict[str, Any]:
+        body = {
+            "run": run,
+            "tool": tool,
+            "operation_key": extra.pop("operation_key", f"key-{next(_counter)}"),
+            "arguments": arguments or {"payment_id": "pay_1", "amount_cents": 500},
+            **extra,
+        }
+        response = self.post("/api/v1/operations", body)
+        assert response.status_code == expect, response.json()
+        return response.json()
+
+    def claim(self, op_id: str, expect: int = 201, **body: Any) -> dict[str, Any]:
+        response = self.post(f"/api/v1/operations/{op_id}/attempts", body)
+        assert response.status_code == expect, response.json()
+        return response.json()
+
+    def outcome(self, op_id: str, attempt: int, body: dict[str, Any], expect: int = 200):
+        response = self.post(f"/api/v1/operations/{op_id}/attempts/{attempt}/outcome", body)
+        assert response.status_code == expect, response.json()
+        return response.json()
+
+    def operation(self, op_id: str) -> dict[str, Any]:
+        response = self.get(f"/api/v1/operations/{op_id}")
+        assert response.status_code == 200, response.json()
+        return response.json()
+
+
+def make_runner(name: str | None = None, owner=None) -> Api:
+    runner, token = services.runner_create(
+        name=name or f"runner-{next(_counter)}", owner=owner, actor=services.Actor.system("test")
+    )
+    return Api(runner, token)
+
+
+@pytest.fixture
+def api(db) -> Api:
+    return make_runner()
+
+
+@pytest.fixture
+def other_api(db) -> Api:
+    return make_runner()
+
+
+@pytest.fixture(autouse=True)
+def _static_without_manifest(settings):
+    # Production serves hashed, collected files; the suite renders templates without
+    # running collectstatic first.
+    settings.STORAGES = {
+        **settings.STORAGES,
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
