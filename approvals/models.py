@@ -63,9 +63,7 @@ class Decision(models.Model):
         APPROVE = "approve"
         REJECT = "reject"
 
-    request = models.ForeignKey(
-        ApprovalRequest, on_delete=models.PROTECT, related_name="decisions"
-    )
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.PROTECT, related_name="decisions")
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
     decision = models.CharField(max_length=8, choices=Verdict.choices)
     comment = models.TextField(blank=True, default="")

@@ -17,9 +17,7 @@ def parse_pointer(pointer: str) -> tuple[str, ...]:
         return ()
     if not pointer.startswith("/"):
         raise ValueError(f"JSON pointer must start with '/': {pointer!r}")
-    return tuple(
-        token.replace("~1", "/").replace("~0", "~") for token in pointer[1:].split("/")
-    )
+    return tuple(token.replace("~1", "/").replace("~0", "~") for token in pointer[1:].split("/"))
 
 
 def resolve_pointer(document: Any, pointer: str) -> Any:

@@ -14,7 +14,6 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-
 from .errors import DecisionRefused, PermissionRefused
 from .models import ApprovalRequest, Decision, Grant
 

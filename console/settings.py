@@ -123,9 +123,11 @@ def _database() -> dict:
         config["CONN_MAX_AGE"] = 0
     elif engine == "django.db.backends.postgresql":
         config.setdefault("OPTIONS", {})
-        config["TEST"] = {"NAME": os.environ.get("TEST_DATABASE_NAME")} if os.environ.get(
-            "TEST_DATABASE_NAME"
-        ) else {}
+        config["TEST"] = (
+            {"NAME": os.environ.get("TEST_DATABASE_NAME")}
+            if os.environ.get("TEST_DATABASE_NAME")
+            else {}
+        )
     else:
         raise ImproperlyConfigured(f"Effectgate runs on PostgreSQL or SQLite, not {engine}.")
     return config

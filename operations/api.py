@@ -231,8 +231,9 @@ class AttemptListView(APIView):
 
 
 class HeartbeatView(APIView):
-    @extend_schema(request=LeaseIn, responses={200: HeartbeatOut, **_problems(404, 409)},
-                   tags=["attempts"])
+    @extend_schema(
+        request=LeaseIn, responses={200: HeartbeatOut, **_problems(404, 409)}, tags=["attempts"]
+    )
     def post(self, request: Request, operation_id: str, number: int) -> Response:
         op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
         data = _valid(LeaseIn, request)
@@ -243,8 +244,11 @@ class HeartbeatView(APIView):
 
 
 class OutcomeView(APIView):
-    @extend_schema(request=OutcomeIn, responses={200: OperationOut, **_problems(400, 404, 409)},
-                   tags=["attempts"])
+    @extend_schema(
+        request=OutcomeIn,
+        responses={200: OperationOut, **_problems(400, 404, 409)},
+        tags=["attempts"],
+    )
     def post(self, request: Request, operation_id: str, number: int) -> Response:
         op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
         data = _valid(OutcomeIn, request)

@@ -1,4 +1,4 @@
-"""Argument validation and freezing (product.md §1–2).
+"""Argument validation and freezing (product.md §1-2).
 
 1. Validate the arguments against the contract's JSON Schema (draft 2020-12), listing
    every error by JSON pointer. A message about a value that is, or contains, a
@@ -48,9 +48,7 @@ def validate_arguments(schema: dict[str, Any], arguments: Any) -> None:
             message = error.message
         errors.append({"path": "/arguments" + _pointer(error.absolute_path), "message": message})
     if errors:
-        raise InvalidArguments(
-            f"{len(errors)} argument error(s); see errors.", errors=errors[:50]
-        )
+        raise InvalidArguments(f"{len(errors)} argument error(s); see errors.", errors=errors[:50])
 
 
 def digest_sensitive(value: Any, *, key: str, key_id: str) -> str:

@@ -249,9 +249,10 @@ def weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     activates it, so that a leaked runner token cannot switch protections off.
     """
     reasons = []
-    if EFFECT_CLASS_RANK[EffectClass(new["effect_class"])] < EFFECT_CLASS_RANK[
-        EffectClass(old["effect_class"])
-    ]:
+    if (
+        EFFECT_CLASS_RANK[EffectClass(new["effect_class"])]
+        < EFFECT_CLASS_RANK[EffectClass(old["effect_class"])]
+    ):
         reasons.append(f"effect class lowered from {old['effect_class']} to {new['effect_class']}")
     old_a, new_a = old["approval"], new["approval"]
     if APPROVAL_MODE_RANK[new_a["mode"]] < APPROVAL_MODE_RANK[old_a["mode"]]:

@@ -20,6 +20,10 @@ class MalformedJSON(DomainError):
     code, status, title = "malformed_json", 400, "The request body is not acceptable JSON"
 
 
+class PayloadTooLarge(DomainError):
+    code, status, title = "payload_too_large", 413, "The request body is too large"
+
+
 class NumberOutOfRange(DomainError):
     code, status, title = (
         "number_out_of_range",

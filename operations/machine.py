@@ -193,7 +193,7 @@ def backoff_delay_ms(
     """
     ceiling = min(max_delay_ms, base_delay_ms * 2 ** max(attempt - 1, 0))
     # Jitter for spreading load, not for secrecy.
-    return int((rng or random).uniform(0, ceiling))  # noqa: S311
+    return int((rng or random).uniform(0, ceiling))
 
 
 def next_probe_delay(*, probes: int, base_s: int = 30, max_s: int = 3600) -> timedelta:
@@ -201,9 +201,7 @@ def next_probe_delay(*, probes: int, base_s: int = 30, max_s: int = 3600) -> tim
     return timedelta(seconds=min(max_s, base_s * 2 ** max(probes - 1, 0)))
 
 
-def allowed_next_actions(
-    *, status: str, now: datetime, not_before: datetime | None
-) -> list[str]:
+def allowed_next_actions(*, status: str, now: datetime, not_before: datetime | None) -> list[str]:
     status = Status(status)
     if status == Status.AWAITING_APPROVAL:
         return ["wait_for_approval"]

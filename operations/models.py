@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models import Q
 
 from approvals.ids import new_id, new_idempotency_key
+
 from .machine import BLOCKING, EffectClass, Status
 
 
@@ -35,8 +36,7 @@ class Runner(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="owned_runners",
-        help_text="The person responsible for this runner; they cannot decide on its "
-        "operations.",
+        help_text="The person responsible for this runner; they cannot decide on its operations.",
     )
     service_user = models.OneToOneField(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runner_account"
@@ -101,8 +101,9 @@ class ToolVersion(models.Model):
     contract = models.JSONField()
     contract_hash = models.CharField(max_length=64)
     weakens = models.JSONField(
-        default=list, help_text="Why this version protects less than the one active when it "
-        "was registered; empty when it does not."
+        default=list,
+        help_text="Why this version protects less than the one active when it "
+        "was registered; empty when it does not.",
     )
     registered_by = models.ForeignKey(
         Runner, null=True, on_delete=models.SET_NULL, related_name="+"
@@ -171,7 +172,9 @@ class Operation(models.Model):
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="operations")
     tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="operations")
     tool_version = models.ForeignKey(ToolVersion, on_delete=models.PROTECT, related_name="+")
-    effect_class = models.CharField(max_length=16, choices=[(c.value, c.value) for c in EffectClass])
+    effect_class = models.CharField(
+        max_length=16, choices=[(c.value, c.value) for c in EffectClass]
+    )
     call_id = models.CharField(max_length=255, blank=True, default="")
     operation_key = models.CharField(max_length=255)
     arguments = models.JSONField(help_text="Frozen: validated, sensitive values digested.")
@@ -195,7 +198,9 @@ class Operation(models.Model):
         help_text="An attempt of this write ended unknown and was not found not applied: "
         "only success or a reconciliation answer can close it.",
     )
-    concurrency_value = models.CharField(
+    # NULL, not "", when the tool has no concurrency key: the partial unique index below
+    # must not treat every keyless operation as holding the same resource.
+    concurrency_value = models.CharField(  # noqa: DJ001
         max_length=64, null=True, blank=True, help_text="sha256 of the concurrency key's value."
     )
     turn = models.PositiveIntegerField(null=True, blank=True)

@@ -2,7 +2,7 @@
 
 Runners' bodies become frozen arguments and intent hashes, so every JSON value must
 have exactly one meaning: duplicate object keys, NaN and Infinity are refused (400
-``malformed_json``), and integers beyond ±(2^53−1) are refused (422
+``malformed_json``), and integers beyond ±(2^53-1) are refused (422
 ``number_out_of_range``) because many JSON implementations would silently round them.
 """
 
@@ -10,9 +10,10 @@ import json
 import math
 from typing import Any
 
+from django.conf import settings
 from rest_framework.parsers import BaseParser
 
-from .errors import MalformedJSON, NumberOutOfRange
+from .errors import MalformedJSON, NumberOutOfRange, PayloadTooLarge
 
 MAX_SAFE_INTEGER = 2**53 - 1
 MAX_DEPTH = 64
@@ -34,7 +35,7 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def _parse_int(text: str) -> int:
     value = int(text)
     if abs(value) > MAX_SAFE_INTEGER:
-        raise NumberOutOfRange(f"The integer {text[:40]} is outside ±(2^53−1).")
+        raise NumberOutOfRange(f"The integer {text[:40]} is outside ±(2^53-1).")
     return value
 
 
@@ -97,7 +98,9 @@ def loads_strict(data: bytes | str) -> Any:
     except RecursionError as exc:
         raise MalformedJSON(f"JSON nested deeper than {MAX_DEPTH} levels is refused.") from exc
     except json.JSONDecodeError as exc:
-        raise MalformedJSON(f"Not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}.") from exc
+        raise MalformedJSON(
+            f"Not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}."
+        ) from exc
     _check_tree(value, MAX_DEPTH)
     return value
 
@@ -106,7 +109,12 @@ class StrictJSONParser(BaseParser):
     media_type = "application/json"
 
     def parse(self, stream, media_type=None, parser_context=None):
-        body = stream.read() if stream is not None else b""
+        # DRF reads the stream directly, past Django's DATA_UPLOAD_MAX_MEMORY_SIZE check
+        # on request.body, so the limit is enforced here without reading more than it.
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        body = stream.read(limit + 1) if stream is not None else b""
+        if len(body) > limit:
+            raise PayloadTooLarge(f"Request bodies are limited to {limit} bytes.")
         if not body.strip():
             return {}
         return loads_strict(body)

@@ -23,9 +23,7 @@ class StrictSerializer(serializers.Serializer):
         if isinstance(data, dict):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
-                raise serializers.ValidationError(
-                    {name: ["Unknown field."] for name in unknown}
-                )
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
         return super().to_internal_value(data)
 
 
@@ -322,7 +320,6 @@ class RunOut(serializers.Serializer):
             "spend": float(run.spend),
             "elapsed_s": round((end - run.created_at).total_seconds(), 3),
         }
-
 
 
 _MESSAGES = {

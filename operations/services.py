@@ -42,7 +42,7 @@ from .models import Attempt, Event, Operation, Run, Runner, RunnerToken, Tool, T
 logger = logging.getLogger(__name__)
 
 GENESIS_HASH = "0" * 64
-TOKEN_PREFIX = "egr_"
+TOKEN_PREFIX = "egr_"  # noqa: S105 (a recognisable prefix, not a secret)
 AttemptStatus = Attempt.AttemptStatus
 
 
@@ -222,7 +222,11 @@ def runner_create(*, name: str, owner: Any = None, actor: Actor) -> tuple[Runner
             stream=f"runner:{runner.id}",
             kind="runner_created",
             actor=actor,
-            data={"runner": runner.id, "name": name, "owner": owner.get_username() if owner else None},
+            data={
+                "runner": runner.id,
+                "name": name,
+                "owner": owner.get_username() if owner else None,
+            },
         )
         token = _token_issue(runner=runner, scopes=RunnerToken.ALL_SCOPES, actor=actor)
     return runner, token
@@ -292,11 +296,7 @@ def token_revoke(*, token: RunnerToken, actor: Actor) -> RunnerToken:
 
 def token_authenticate(raw: str) -> tuple[Runner, RunnerToken] | None:
     """The runner a bearer token belongs to, if the token is valid now."""
-    token = (
-        RunnerToken.objects.select_related("runner")
-        .filter(token_hash=_token_hash(raw))
-        .first()
-    )
+    token = RunnerToken.objects.select_related("runner").filter(token_hash=_token_hash(raw)).first()
     now = timezone.now()
     if token is None or token.revoked_at is not None or not token.runner.is_active:
         return None
@@ -717,8 +717,8 @@ def operation_register(
             )
             return Registration(
                 operation=_replay(
-                existing, tool_name=tool_name, arguments=arguments, principal=run.principal
-            ),
+                    existing, tool_name=tool_name, arguments=arguments, principal=run.principal
+                ),
                 created=False,
             )
         Run.objects.filter(pk=run.pk).update(
@@ -965,7 +965,9 @@ def _settle(
         )
         _enter(op, to=target, data=data, error_code=code, error_detail=detail, **common)
     elif verdict == Verdict.COMPENSATE:
-        _enter(op, to=Status.COMPENSATING, data=data, error_code=code, error_detail=detail, **common)
+        _enter(
+            op, to=Status.COMPENSATING, data=data, error_code=code, error_detail=detail, **common
+        )
     elif verdict == Verdict.RECONCILE:
         _enter(
             op, to=Status.OUTCOME_UNKNOWN, data=data, error_code=code, error_detail=detail, **common
@@ -1071,8 +1073,12 @@ def attempt_record_outcome(
                     kind="outcome_conflict",
                     actor=actor,
                     now=now,
-                    data={"attempt": number, "recorded": attempt.status, "posted": posted["kind"],
-                          "code": posted.get("code")},
+                    data={
+                        "attempt": number,
+                        "recorded": attempt.status,
+                        "posted": posted["kind"],
+                        "code": posted.get("code"),
+                    },
                 )
                 result = errors.OutcomeConflict(
                     f"Attempt {number} already ended {attempt.status}. If the effect is now "
@@ -1298,18 +1304,18 @@ def operation_reconcile(
             max_probes = op.tool_version.contract["reconcile"]["max_probes"]
             op.probes += 1
             exhausted = op.probes >= max_probes
-            op.next_probe_at = None if exhausted else now + machine.next_probe_delay(
-                probes=op.probes
+            op.next_probe_at = (
+                None if exhausted else now + machine.next_probe_delay(probes=op.probes)
             )
             op.save(update_fields=["probes", "next_probe_at", "updated_at"])
-            data.update(probes=op.probes, probes_exhausted=exhausted, next_probe_at=op.next_probe_at)
+            data.update(
+                probes=op.probes, probes_exhausted=exhausted, next_probe_at=op.next_probe_at
+            )
             _record(op, kind="probe", actor=actor, now=now, data=data)
     return op
 
 
-def _not_found_locked(
-    op: Operation, *, actor: Actor, now: datetime, data: dict[str, Any]
-) -> None:
+def _not_found_locked(op: Operation, *, actor: Actor, now: datetime, data: dict[str, Any]) -> None:
     Attempt.objects.filter(
         operation=op,
         status__in=[AttemptStatus.UNKNOWN, AttemptStatus.LEASE_EXPIRED],

@@ -46,8 +46,8 @@ class Api:
         self.client = APIClient()
         self.client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
 
-    def get(self, path: str, **kwargs):
-        return self.client.get(path, **kwargs)
+    def get(self, path: str, params: dict[str, Any] | None = None, **kwargs):
+        return self.client.get(path, params, **kwargs)
 
     def post(self, path: str, body: Any = None, **kwargs):
         return self.client.post(path, body if body is not None else {}, format="json", **kwargs)
@@ -67,8 +67,14 @@ class Api:
         assert response.status_code == 201, response.json()
         return response.json()["id"]
 
-    def register(self, run: str, tool: str, arguments: dict[str, Any] | None = None,
-                 expect: int = 201, **extra: Any) -> dict[str, Any]:
+    def register(
+        self,
+        run: str,
+        tool: str,
+        arguments: dict[str, Any] | None = None,
+        expect: int = 201,
+        **extra: Any,
+    ) -> dict[str, Any]:
         body = {
             "run": run,
             "tool": tool,

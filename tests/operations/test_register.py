@@ -1,0 +1,107 @@
+"""Registration: identity by operation_key, frozen arguments, sensitive fields."""
+
+import copy
+
+from django.test import override_settings
+
+from operations.canonical import intent_hash
+from operations.models import Event, Operation
+from tests.conftest import REFUND_SCHEMA, contract
+
+
+def test_same_key_same_intent_is_the_same_operation(api):
+    api.tool("t")
+    run = api.run()
+    first = api.register(run, "t", operation_key="order-551:refund")
+    again = api.register(run, "t", operation_key="order-551:refund", expect=200)
+    assert again["id"] == first["id"]
+    assert again["idempotency_key"] == first["idempotency_key"]
+    assert Operation.objects.count() == 1
+
+
+def test_same_key_different_intent_is_refused(api):
+    api.tool("t")
+    api.tool("u")
+    run = api.run()
+    api.register(run, "t", {"payment_id": "p", "amount_cents": 1}, operation_key="k")
+    for tool, arguments in (
+        ("t", {"payment_id": "p", "amount_cents": 2}),
+        ("u", {"payment_id": "p", "amount_cents": 1}),
+        ("t", {"payment_id": "p"}),
+    ):
+        refusal = api.register(run, tool, arguments, operation_key="k", expect=422)
+        assert refusal["code"] == "intent_mismatch"
+    other_principal = api.run(principal="user:bob")
+    refusal = api.register(
+        other_principal, "t", {"payment_id": "p", "amount_cents": 1}, operation_key="k", expect=422
+    )
+    assert refusal["code"] == "intent_mismatch"
+    assert Operation.objects.count() == 1
+
+
+def test_operation_key_is_required(api):
+    api.tool("t")
+    response = api.post("/api/v1/operations", {"run": api.run(), "tool": "t", "arguments": {}})
+    assert response.status_code == 400
+    assert response.json()["code"] == "operation_key_required"
+
+
+def test_unknown_tool(api):
+    assert api.register(api.run(), "nope", expect=404)["code"] == "unknown_tool"
+
+
+def test_invalid_arguments_list_json_pointer_paths(api):
+    api.tool("t")
+    refusal = api.register(api.run(), "t", {"payment_id": 7, "amount_cents": 0, "x": 1}, expect=422)
+    assert refusal["code"] == "invalid_arguments"
+    paths = sorted(e["path"] for e in refusal["errors"])
+    assert paths == ["/arguments", "/arguments/amount_cents", "/arguments/payment_id"]
+    assert Operation.objects.count() == 0
+
+
+def test_intent_hash_is_recomputable_from_the_body(api):
+    api.tool("t")
+    op = api.register(api.run(principal="user:carol"), "t")
+    assert op["intent_hash"] == intent_hash(
+        tool="t", arguments=op["arguments"], principal="user:carol"
+    )
+
+
+def _sensitive_tool(api):
+    schema = copy.deepcopy(REFUND_SCHEMA)
+    schema["properties"]["card"] = {"type": "string", "minLength": 12, "x-sensitive": True}
+    api.tool("charge", contract("irreversible", input_schema=schema, approval={"mode": "never"}))
+
+
+@override_settings(SENSITIVE_ARGUMENT_KEY="k" * 32, SENSITIVE_ARGUMENT_KEY_ID="k7")
+def test_sensitive_fields_are_stored_and_shown_only_as_digests(api):
+    _sensitive_tool(api)
+    secret = "4111111111111111"
+    op = api.register(api.run(), "charge", {"payment_id": "p", "amount_cents": 5, "card": secret})
+    digest = op["arguments"]["card"]
+    assert digest.startswith("hmac-sha256:k7:")
+    assert len(digest.split(":")[2]) == 64
+    stored = Operation.objects.get(pk=op["id"])
+    assert secret not in str(stored.arguments)
+    assert all(secret not in str(e.data) for e in Event.objects.all())
+    assert op["intent_hash"] == intent_hash(
+        tool="charge", arguments=op["arguments"], principal="user:alice"
+    )
+    # The same secret gives the same digest, so a replay is the same intent.
+    again = api.register(
+        stored.run_id,
+        "charge",
+        {"payment_id": "p", "amount_cents": 5, "card": secret},
+        operation_key=stored.operation_key,
+        expect=200,
+    )
+    assert again["id"] == op["id"]
+
+
+def test_validation_messages_never_echo_a_sensitive_value(api):
+    _sensitive_tool(api)
+    refusal = api.register(
+        api.run(), "charge", {"payment_id": "p", "amount_cents": 5, "card": "secret-41"}, expect=422
+    )
+    assert "secret-41" not in str(refusal)
+    assert refusal["errors"][0]["path"] == "/arguments/card"

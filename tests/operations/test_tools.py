@@ -1,0 +1,157 @@
+"""Tool contracts: registration, versions, defaults, weakening, bad contracts."""
+
+import copy
+
+import pytest
+
+from operations.contracts import normalize_contract, weakenings
+from operations.errors import InvalidContract
+from operations.models import Tool, ToolVersion
+from tests.conftest import REFUND_SCHEMA, contract
+
+
+def test_put_creates_then_versions_only_on_change(api):
+    response = api.put("/api/v1/tools/send_refund", contract("irreversible"))
+    assert response.status_code == 201
+    body = response.json()
+    assert (body["name"], body["version"], body["active_version"]) == ("send_refund", 1, 1)
+    assert body["effect_class"] == "irreversible"
+    same = api.put("/api/v1/tools/send_refund", contract("irreversible"))
+    assert same.status_code == 200
+    assert same.json()["version"] == 1
+    stricter = contract("irreversible")
+    stricter["approval"] = {"mode": "always", "approvals_required": 2}
+    changed = api.put("/api/v1/tools/send_refund", stricter)
+    assert changed.status_code == 200
+    assert (changed.json()["version"], changed.json()["active_version"]) == (2, 2)
+    assert api.get("/api/v1/tools/send_refund").json()["approval"]["approvals_required"] == 2
+    assert [t["name"] for t in api.get("/api/v1/tools").json()] == ["send_refund"]
+
+
+def test_weakening_version_stays_inactive_and_operations_keep_the_active_one(api):
+    api.put("/api/v1/tools/refund", contract("irreversible", approval={"mode": "always"}))
+    weaker = api.put("/api/v1/tools/refund", contract("irreversible", approval={"mode": "never"}))
+    body = weaker.json()
+    assert (body["version"], body["active_version"], body["active"]) == (2, 1, False)
+    assert body["weakens"] == ["approval mode weakened from always to never"]
+    op = api.register(api.run(), "refund")
+    assert op["tool_version"] == 1
+    assert op["status"] == "awaiting_approval"
+
+
+def test_defaults_depend_on_the_effect_class():
+    irreversible = normalize_contract(
+        {"effect_class": "irreversible", "input_schema": REFUND_SCHEMA}
+    )
+    assert irreversible["approval"]["mode"] == "always"
+    assert irreversible["approval"]["grant_ttl_s"] == 900
+    assert irreversible["approval"]["request_ttl_s"] == 86400
+    assert irreversible["reconcile"] == {"mode": "manual", "url": None, "max_probes": 10}
+    idempotent = normalize_contract({"effect_class": "idempotent", "input_schema": REFUND_SCHEMA})
+    assert idempotent["approval"]["mode"] == "never"
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda c: c.update(effect_class="idempotent"), "effect class lowered"),
+        (lambda c: c["approval"].update(approvals_required=1), "fewer approvals required"),
+        (lambda c: c["approval"].update(grant_ttl_s=3600), "longer grant_ttl_s"),
+        (lambda c: c["approval"].update(request_ttl_s=10**6), "longer request_ttl_s"),
+        (
+            lambda c: c.update(
+                reconcile={"mode": "lookup", "url": "https://x.test/{idempotency_key}"}
+            ),
+            "another reconciliation lookup URL",
+        ),
+        (lambda c: c["retry"]["retryable_codes"].append("timeout"), "more retryable codes"),
+        (lambda c: c.update(concurrency_key=None), "concurrency key removed"),
+    ],
+)
+def test_each_weakening_is_detected(change, reason):
+    base = contract(
+        "irreversible",
+        approval={"mode": "always", "approvals_required": 2},
+        concurrency_key="/payment_id",
+    )
+    old = normalize_contract(base)
+    body = copy.deepcopy(base)
+    change(body)
+    reasons = weakenings(old, normalize_contract(body))
+    assert any(r.startswith(reason) for r in reasons), reasons
+
+
+def test_stricter_contract_is_not_a_weakening():
+    old = normalize_contract(contract("compensable", approval={"mode": "never"}))
+    new = normalize_contract(contract("irreversible", approval={"mode": "always"}))
+    assert weakenings(old, new) == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"effect_class": "dangerous", "input_schema": REFUND_SCHEMA},
+        {"effect_class": "idempotent"},
+        {"effect_class": "idempotent", "input_schema": {"type": "string"}},
+        {"effect_class": "idempotent", "input_schema": {"type": 12}},
+        {"effect_class": "idempotent", "input_schema": REFUND_SCHEMA, "aproval": {}},
+        {
+            "effect_class": "idempotent",
+            "input_schema": REFUND_SCHEMA,
+            "approval": {"mode": "rules", "rules": []},
+        },
+        {
+            "effect_class": "idempotent",
+            "input_schema": REFUND_SCHEMA,
+            "approval": {"mode": "rules", "rules": [{"path": "amount", "op": "gt", "value": 1}]},
+        },
+        {
+            "effect_class": "idempotent",
+            "input_schema": REFUND_SCHEMA,
+            "reconcile": {"mode": "lookup"},
+        },
+        {
+            "effect_class": "idempotent",
+            "input_schema": REFUND_SCHEMA,
+            "reconcile": {"mode": "lookup", "url": "https://x.test/{secret}"},
+        },
+    ],
+)
+def test_bad_contracts_are_refused_and_nothing_is_stored(api, body):
+    response = api.put("/api/v1/tools/bad", body)
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid_contract"
+    assert response.json()["errors"]
+    assert not Tool.objects.filter(pk="bad").exists()
+
+
+def test_an_approval_rule_may_not_read_a_sensitive_field(api):
+    schema = copy.deepcopy(REFUND_SCHEMA)
+    schema["properties"]["amount_cents"]["x-sensitive"] = True
+    body = contract(
+        "irreversible",
+        input_schema=schema,
+        approval={"mode": "rules", "rules": [{"path": "/amount_cents", "op": "gt", "value": 1}]},
+    )
+    response = api.put("/api/v1/tools/t", body)
+    assert response.status_code == 422
+    assert response.json()["errors"][0]["path"] == "/approval/rules/0/path"
+
+
+def test_contract_registration_needs_the_register_scope(api):
+    api.runner.tokens.update(scopes=["use_tools"])
+    response = api.put("/api/v1/tools/t", contract())
+    assert response.status_code == 403
+    assert response.json()["code"] == "forbidden"
+    assert not ToolVersion.objects.exists()
+
+
+def test_normalize_refuses_invalid_contract_directly():
+    with pytest.raises(InvalidContract):
+        normalize_contract(
+            {
+                "effect_class": "idempotent",
+                "input_schema": REFUND_SCHEMA,
+                "retry": {"base_delay_ms": 10, "max_delay_ms": 1},
+            }
+        )
