@@ -121,6 +121,9 @@ def _database() -> dict:
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         }
         config["CONN_MAX_AGE"] = 0
+        # A file, not shared-cache memory, so that concurrent test clients get real
+        # SQLite locking (with the busy timeout) instead of "table is locked" errors.
+        config["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
     elif engine == "django.db.backends.postgresql":
         config.setdefault("OPTIONS", {})
         config["TEST"] = (
