@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from approvals import selectors as approval_selectors
 from approvals import services as approval_services
+from approvals.errors import DecisionRefused, PermissionRefused, Refusal
 from approvals.models import ApprovalRequest
 from approvals.policy import evaluate as evaluate_policy
 from approvals.policy import is_missing, resolve_pointer
@@ -386,10 +387,10 @@ def tool_version_activate(*, version: ToolVersion, user: Any) -> ToolVersion:
     """Make ``version`` the active contract of its tool (a person's decision)."""
     tool = version.tool
     if not user.is_active or not user.has_perm("operations.activate_tool", tool):
-        raise errors.PermissionRefused("You may not activate versions of this tool.")
+        raise PermissionRefused("You may not activate versions of this tool.")
     registering_runner = version.registered_by
     if registering_runner is not None and registering_runner.owner_id == user.pk:
-        raise errors.PermissionRefused(
+        raise PermissionRefused(
             "You own the runner that registered this version; someone else must activate it."
         )
     with transaction.atomic():
@@ -1400,12 +1401,154 @@ def operation_compensate(
 
 
 # ---------------------------------------------------------------------------------------
+# Approval decisions (people, from the console or the admin)
+
+
+def _lock_request(request_id: str) -> tuple[Operation, ApprovalRequest]:
+    """Lock an approval request and its operation (operation first, as everywhere)."""
+    request = ApprovalRequest.objects.filter(pk=request_id).only("operation_id").first()
+    if request is None:
+        raise errors.NotFound(f"No approval {request_id!r}.")
+    op = _lock(request.operation_id)
+    request = ApprovalRequest.objects.select_for_update().get(pk=request_id)
+    return op, request
+
+
+def _expire_request_locked(op: Operation, request: ApprovalRequest, *, now: datetime) -> bool:
+    if not approval_services.request_expire(request=request, now=now):
+        return False
+    if op.status == Status.AWAITING_APPROVAL:
+        _enter(
+            op,
+            to=Status.REJECTED,
+            kind="approval_expired",
+            actor=Actor.system("sweep"),
+            now=now,
+            data={"approval": request.id},
+            error_code="approval_expired",
+            error_detail="Nobody decided on the approval request before it expired.",
+        )
+    return True
+
+
+def approval_decide(*, request_id: str, user: Any, approve: bool, comment: str) -> Operation:
+    """One person's decision on a pending request, and the transition that follows.
+
+    Approving counts towards the quorum; the approval that meets it creates a grant and
+    moves the operation to ``ready``. A rejection (with a reason) ends the operation as
+    ``rejected``; the runner receives the reason. Separation of duties is checked by
+    ``approvals.services.may_decide``.
+    """
+    result: Operation | Exception
+    with transaction.atomic():
+        op, request = _lock_request(request_id)
+        now = timezone.now()
+        if request.status == ApprovalRequest.RequestStatus.PENDING and request.expires_at <= now:
+            _expire_request_locked(op, request, now=now)
+        try:
+            decided = approval_services.decision_record(
+                request=request, user=user, tool=op.tool, approve=approve, comment=comment, now=now
+            )
+        except Refusal as refusal:
+            result = refusal
+        else:
+            actor = Actor.of_user(user)
+            _record(
+                op,
+                kind="decision",
+                actor=actor,
+                now=now,
+                data={
+                    "approval": request.id,
+                    "decision": decided.decision.decision,
+                    "comment": decided.decision.comment,
+                    "approvals": request.decisions.filter(decision="approve").count(),
+                    "approvals_required": request.approvals_required,
+                },
+            )
+            if decided.outcome == "approved":
+                _enter(
+                    op,
+                    to=Status.READY,
+                    kind="granted",
+                    actor=actor,
+                    now=now,
+                    data={
+                        "approval": request.id,
+                        "grant": decided.grant.id,
+                        "intent_hash": decided.grant.intent_hash,
+                        "expires_at": decided.grant.expires_at,
+                    },
+                )
+            elif decided.outcome == "rejected":
+                _enter(
+                    op,
+                    to=Status.REJECTED,
+                    kind="rejected",
+                    actor=actor,
+                    now=now,
+                    data={"approval": request.id, "reason": decided.decision.comment},
+                    error_code="approval_rejected",
+                    error_detail=decided.decision.comment,
+                )
+            result = op
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def approval_revoke(*, request_id: str, user: Any, reason: str) -> Operation:
+    """Revoke a grant. Attempts already executing go on; the next claim is refused."""
+    with transaction.atomic():
+        op, request = _lock_request(request_id)
+        if not user.is_active or not user.has_perm(approval_services.DECIDE_PERMISSION, op.tool):
+            raise PermissionRefused("You may not revoke grants for this tool.")
+        if not reason.strip():
+            raise DecisionRefused("Say why the grant is revoked.")
+        if request.status != ApprovalRequest.RequestStatus.APPROVED:
+            raise DecisionRefused(f"This request is {request.status}; no grant to revoke.")
+        now = timezone.now()
+        grant = approval_services.grant_revoke(request=request, user=user, reason=reason, now=now)
+        _record(
+            op,
+            kind="grant_revoked",
+            actor=Actor.of_user(user),
+            now=now,
+            data={"approval": request.id, "grant": grant.id, "reason": grant.revoke_reason},
+        )
+    return op
+
+
+def approval_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:
+    """End operations whose approval request expired undecided (sweep step)."""
+    now = now or timezone.now()
+    handled = 0
+    due = ApprovalRequest.objects.filter(
+        status=ApprovalRequest.RequestStatus.PENDING, expires_at__lte=now
+    ).values_list("pk", "operation_id")[:limit]
+    for request_id, operation_id in list(due):
+        with transaction.atomic():
+            op = (
+                Operation.objects.select_for_update(skip_locked=True, of=("self",))
+                .select_related("tool_version", "tool", "run", "runner")
+                .filter(pk=operation_id)
+                .first()
+            )
+            if op is None:
+                continue
+            request = ApprovalRequest.objects.select_for_update().get(pk=request_id)
+            handled += _expire_request_locked(op, request, now=now)
+    return handled
+
+
+# ---------------------------------------------------------------------------------------
 # Sweep
 
 
 @dataclass(frozen=True)
 class SweepReport:
     leases_expired: int
+    approvals_expired: int
     operations_past_deadline: int
     runs_expired: int
 
@@ -1415,6 +1558,7 @@ def sweep(*, now: datetime | None = None) -> SweepReport:
     now = now or timezone.now()
     return SweepReport(
         leases_expired=lease_expire_due(now=now),
+        approvals_expired=approval_expire_due(now=now),
         operations_past_deadline=operation_deadline_due(now=now),
         runs_expired=run_expire_due(now=now),
     )

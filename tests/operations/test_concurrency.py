@@ -37,7 +37,10 @@ def test_twenty_concurrent_claims_of_one_operation_one_wins(live_server):
     api.tool("t")
     op = api.register(api.run(), "t")
     results = _all_at_once(
-        live_server, api.token, "POST", f"/api/v1/operations/{op['id']}/attempts",
+        live_server,
+        api.token,
+        "POST",
+        f"/api/v1/operations/{op['id']}/attempts",
         [{"lease_s": 60}] * THREADS,
     )
     codes = sorted(code for code, _ in results)

@@ -8,7 +8,7 @@ from operations.services import sweep
 
 
 class Command(BaseCommand):
-    help = "Expire leases, end operations and runs past their deadline."
+    help = "Expire leases and approval requests; end operations and runs past their deadline."
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -20,6 +20,7 @@ class Command(BaseCommand):
             report = sweep()
             self.stdout.write(
                 f"leases expired: {report.leases_expired}, "
+                f"approvals expired: {report.approvals_expired}, "
                 f"operations past deadline: {report.operations_past_deadline}, "
                 f"runs expired: {report.runs_expired}"
             )
