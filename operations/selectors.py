@@ -4,7 +4,10 @@ A runner sees only its own runs and operations: anything else answers ``not_foun
 never ``forbidden``, so ids of other runners' objects cannot be probed.
 """
 
+from typing import Any
+
 from django.db.models import Prefetch, QuerySet
+from guardian.shortcuts import get_objects_for_user
 
 from approvals.models import ApprovalRequest
 
@@ -84,3 +87,90 @@ def tool_get(name: str) -> Tool:
 
 def tools_all() -> QuerySet[Tool]:
     return Tool.objects.select_related("active_version").prefetch_related("versions")
+
+
+# --- people (the console) ------------------------------------------------------------
+
+DECIDE = "operations.decide_tool"
+RECONCILE = "operations.reconcile_tool"
+
+
+def tools_for_user(user: Any, perms: list[str] | None = None) -> QuerySet[Tool]:
+    """Tools on which ``user`` holds any of ``perms`` (object, group or global)."""
+    if not user.is_active:
+        return Tool.objects.none()
+    return get_objects_for_user(
+        user, perms or [DECIDE, RECONCILE], klass=Tool, any_perm=True, accept_global_perms=True
+    )
+
+
+def operations_for_user(user: Any) -> QuerySet[Operation]:
+    """Operations a person may see: those of tools they may decide on or reconcile."""
+    return Operation.objects.filter(tool__in=tools_for_user(user))
+
+
+def operation_get_for_user(*, user: Any, operation_id: str) -> Operation:
+    op = _with_approvals(operations_for_user(user).filter(pk=operation_id)).first()
+    if op is None:
+        raise NotFound(f"No operation {operation_id!r}.")
+    return op
+
+
+def requests_pending_for_user(
+    *,
+    user: Any,
+    tool: str | None = None,
+    effect_class: str | None = None,
+    run: str | None = None,
+) -> QuerySet[ApprovalRequest]:
+    """The inbox: pending requests the user may decide on, most urgent first."""
+    queryset = (
+        ApprovalRequest.objects.filter(
+            status=ApprovalRequest.RequestStatus.PENDING,
+            operation__tool__in=tools_for_user(user, [DECIDE]),
+        )
+        .select_related("operation", "operation__run", "operation__tool_version")
+        .prefetch_related("decisions")
+        .order_by("expires_at", "created_at", "id")
+    )
+    if tool:
+        queryset = queryset.filter(operation__tool_id=tool)
+    if effect_class:
+        queryset = queryset.filter(operation__effect_class=effect_class)
+    if run:
+        queryset = queryset.filter(operation__run_id=run)
+    return queryset
+
+
+def approval_get_for_user(*, user: Any, approval_id: str) -> ApprovalRequest:
+    request = (
+        ApprovalRequest.objects.filter(pk=approval_id, operation__tool__in=tools_for_user(user))
+        .select_related("grant", "operation", "operation__run", "operation__tool_version")
+        .prefetch_related("decisions__user")
+        .first()
+    )
+    if request is None:
+        raise NotFound(f"No approval {approval_id!r}.")
+    return request
+
+
+def approval_comparison(request: ApprovalRequest) -> tuple[str, Operation] | None:
+    """An earlier intent to compare this request with, and what it was.
+
+    The same operation's earlier request when there is one (a new approval after a
+    grant became invalid or reconciliation found nothing); otherwise the operation this
+    one retries, or the latest earlier operation of the same tool in the same run.
+    """
+    op = request.operation
+    if ApprovalRequest.objects.filter(operation=op, created_at__lt=request.created_at).exists():
+        return ("an earlier request for this operation", op)
+    if op.previous_id:
+        return ("the operation this one retries", op.previous)
+    earlier = (
+        Operation.objects.filter(run_id=op.run_id, tool_id=op.tool_id, id__lt=op.id)
+        .order_by("-id")
+        .first()
+    )
+    if earlier is not None:
+        return (f"the previous {op.tool_id} call in this run", earlier)
+    return None

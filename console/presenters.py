@@ -1,0 +1,44 @@
+"""Pure helpers that shape ledger data for the console's pages (no ORM)."""
+
+from typing import Any
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """JSON as ``{pointer: leaf value}``; empty containers are leaves."""
+    if isinstance(value, dict) and value:
+        found: dict[str, Any] = {}
+        for key, child in value.items():
+            found.update(flatten(child, f"{prefix}/{_escape(str(key))}"))
+        return found
+    if isinstance(value, list) and value:
+        found = {}
+        for index, child in enumerate(value):
+            found.update(flatten(child, f"{prefix}/{index}"))
+        return found
+    return {prefix or "/": value}
+
+
+_ABSENT = object()
+
+
+def changes(old: Any, new: Any) -> list[dict[str, Any]]:
+    """What differs between two argument documents, one row per JSON pointer."""
+    before, after = flatten(old), flatten(new)
+    rows = []
+    for path in sorted(set(before) | set(after)):
+        a, b = before.get(path, _ABSENT), after.get(path, _ABSENT)
+        if a is _ABSENT or b is _ABSENT or a != b or type(a) is not type(b):
+            rows.append(
+                {
+                    "path": path,
+                    "before": None if a is _ABSENT else a,
+                    "after": None if b is _ABSENT else b,
+                    "added": a is _ABSENT,
+                    "removed": b is _ABSENT,
+                }
+            )
+    return rows

@@ -1,0 +1,131 @@
+"""The inbox and the approval page, rendered by Django's test client."""
+
+import pytest
+from django.test import Client
+from guardian.shortcuts import assign_perm
+
+from approvals.models import ApprovalRequest
+from operations.models import Operation, Tool
+from tests.approvals.conftest import person
+from tests.conftest import contract
+
+
+def _pending(api, amount=60000, key=None):
+    rules = {"mode": "rules", "rules": [{"path": "/amount_cents", "op": "gt", "value": 50000}]}
+    api.tool("refund", contract("irreversible", approval=rules))
+    extra = {"operation_key": key} if key else {}
+    return api.register(
+        api.run(), "refund", {"payment_id": "pay\u202eevil", "amount_cents": amount}, **extra
+    )
+
+
+@pytest.fixture
+def approver(api):
+    api.tool("refund", contract("irreversible"))
+    user = person(username="ann")
+    assign_perm("operations.decide_tool", user, Tool.objects.get(pk="refund"))
+    client = Client()
+    client.force_login(user)
+    return user, client
+
+
+def test_inbox_lists_pending_requests_for_tools_the_user_decides(api, approver):
+    _, client = approver
+    op = _pending(api)
+    response = client.get("/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert op["id"] in html
+    assert "Rule matched: /amount_cents gt 50000." in html
+    outsider = Client()
+    outsider.force_login(person())
+    assert op["id"] not in outsider.get("/").content.decode()
+
+
+def test_inbox_partial_for_htmx_polling(api, approver):
+    _, client = approver
+    op = _pending(api)
+    response = client.get("/", {"partial": "1"}, HTTP_HX_REQUEST="true")
+    html = response.content.decode()
+    assert html.lstrip().startswith("<tbody")
+    assert op["id"] in html
+    assert "<h1>" not in html
+
+
+def test_inbox_filters(api, approver):
+    _, client = approver
+    op = _pending(api)
+    assert op["id"] in client.get("/", {"effect_class": "irreversible"}).content.decode()
+    assert op["id"] not in client.get("/", {"effect_class": "read_only"}).content.decode()
+
+
+def test_approval_page_shows_the_exact_intent_with_controls_revealed(api, approver):
+    _, client = approver
+    op = _pending(api)
+    html = client.get(f"/approvals/{op['approval']['id']}/").content.decode()
+    assert op["intent_hash"] in html
+    assert "U+202E" in html  # the right-to-left override is shown, not obeyed
+    assert "\u202e" not in html
+    assert "0 of 1 approval" in html
+    assert 'value="approve"' in html
+
+
+def test_approving_in_the_console_lets_the_runner_claim(api, approver):
+    _, client = approver
+    op = _pending(api)
+    url = f"/approvals/{op['approval']['id']}/decide"
+    response = client.post(url, {"decision": "approve", "comment": "ok"})
+    assert response.status_code == 302
+    assert Operation.objects.get(pk=op["id"]).status == "ready"
+    assert api.claim(op["id"])["attempt"] == 1
+
+
+def test_rejecting_without_a_reason_shows_a_message_and_changes_nothing(api, approver):
+    _, client = approver
+    op = _pending(api)
+    url = f"/approvals/{op['approval']['id']}/decide"
+    response = client.post(url, {"decision": "reject", "comment": ""}, follow=True)
+    assert "A rejection needs a reason" in response.content.decode()
+    assert Operation.objects.get(pk=op["id"]).status == "awaiting_approval"
+
+
+def test_the_principal_sees_why_they_cannot_decide(api):
+    alice = person(username="alice")
+    api.tool("refund", contract("irreversible"))
+    assign_perm("operations.decide_tool", alice, Tool.objects.get(pk="refund"))
+    op = _pending(api)  # the run's principal is user:alice
+    client = Client()
+    client.force_login(alice)
+    html = client.get(f"/approvals/{op['approval']['id']}/").content.decode()
+    assert "you are its principal" in html
+    assert 'value="approve"' not in html
+    client.post(f"/approvals/{op['approval']['id']}/decide", {"decision": "approve"})
+    assert ApprovalRequest.objects.get(pk=op["approval"]["id"]).status == "pending"
+
+
+def test_what_changed_since_the_previous_call(api, approver):
+    _, client = approver
+    _pending(api, amount=60000)
+    run = Operation.objects.get().run_id
+    second = api.register(run, "refund", {"payment_id": "pay_2", "amount_cents": 90000})
+    html = client.get(f"/approvals/{second['approval']['id']}/").content.decode()
+    assert "What differs from the previous refund call in this run" in html
+    assert "/amount_cents" in html
+    assert "90000" in html
+
+
+def test_user_without_permission_gets_404_on_the_approval_page(api):
+    op = _pending(api)
+    client = Client()
+    client.force_login(person())
+    assert client.get(f"/approvals/{op['approval']['id']}/").status_code == 404
+    response = client.post(f"/approvals/{op['approval']['id']}/decide", {"decision": "approve"})
+    assert response.status_code == 404
+
+
+def test_revoking_a_grant_from_the_console(api, approver):
+    _, client = approver
+    op = _pending(api)
+    client.post(f"/approvals/{op['approval']['id']}/decide", {"decision": "approve"})
+    client.post(f"/approvals/{op['approval']['id']}/revoke", {"reason": "wrong customer"})
+    assert api.claim(op["id"], expect=403)["code"] == "grant_invalid"
