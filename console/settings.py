@@ -122,8 +122,9 @@ def _database() -> dict:
         }
         config["CONN_MAX_AGE"] = 0
         # A file, not shared-cache memory, so that concurrent test clients get real
-        # SQLite locking (with the busy timeout) instead of "table is locked" errors.
-        config["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}
+        # SQLite locking (with the busy timeout) instead of "table is locked" errors;
+        # one per process, so that two test runs on one checkout do not collide.
+        config["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
     elif engine == "django.db.backends.postgresql":
         config.setdefault("OPTIONS", {})
         config["TEST"] = (

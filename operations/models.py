@@ -206,6 +206,9 @@ class Operation(models.Model):
     turn = models.PositiveIntegerField(null=True, blank=True)
     next_probe_at = models.DateTimeField(null=True, blank=True)
     probes = models.PositiveIntegerField(default=0)
+    snoozed_until = models.DateTimeField(
+        null=True, blank=True, help_text="A person answered 'still unknown' and looks again then."
+    )
     previous = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
     )
@@ -281,6 +284,49 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.operation_id} #{self.number}"
+
+
+class Resolution(models.Model):
+    """A person's "did not happen" for an irreversible operation, awaiting a second person.
+
+    Declaring that money did not leave is what allows it to leave again, so it takes
+    effect only when someone other than the declarer confirms it (four eyes).
+    """
+
+    class ResolutionStatus(models.TextChoices):
+        PENDING = "pending"
+        CONFIRMED = "confirmed"
+        DISPUTED = "disputed"
+        WITHDRAWN = "withdrawn"
+
+    id = _id_field("res")
+    operation = models.ForeignKey(Operation, on_delete=models.PROTECT, related_name="resolutions")
+    status = models.CharField(
+        max_length=16, choices=ResolutionStatus.choices, default=ResolutionStatus.PENDING
+    )
+    declared_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    note = models.TextField()
+    evidence = models.JSONField(default=dict)
+    created_at = models.DateTimeField()
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["operation"],
+                condition=Q(status="pending"),
+                name="resolution_one_pending_per_operation",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.id
 
 
 class Event(models.Model):

@@ -38,7 +38,17 @@ from .arguments import freeze_arguments, validate_arguments
 from .canonical import canonical_json, intent_hash, sha256_hex
 from .contracts import normalize_contract, weakenings
 from .machine import Status, Verdict
-from .models import Attempt, Event, Operation, Run, Runner, RunnerToken, Tool, ToolVersion
+from .models import (
+    Attempt,
+    Event,
+    Operation,
+    Resolution,
+    Run,
+    Runner,
+    RunnerToken,
+    Tool,
+    ToolVersion,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -919,6 +929,7 @@ def _enter(op: Operation, *, to: Status, **kwargs: Any) -> Event:
         kwargs.setdefault("probes", 0)
     else:
         kwargs.setdefault("next_probe_at", None)
+    kwargs.setdefault("snoozed_until", None)
     return _transition(op, to=to, **kwargs)
 
 
@@ -1274,49 +1285,269 @@ def operation_reconcile(
     not applied and lets it try again (irreversible tools only through a new approval
     that shows the evidence), or ends it when nothing is left. ``still_unknown``
     schedules the next probe with backoff, up to the contract's ``max_probes``.
+    Runners and automatic probes answer here; people answer through
+    ``operation_resolve``, which adds the four-eyes rule.
     """
-    evidence = evidence or {}
     with transaction.atomic():
         op = _lock(operation.pk)
         now = timezone.now()
+        _require_unknown(op)
+        data = {
+            "result": result,
+            "downstream_id": downstream_id or None,
+            "evidence": evidence or {},
+            "source": source,
+        }
+        _reconcile_locked(op, result=result, actor=actor, now=now, data=data)
+    return op
+
+
+def _require_unknown(op: Operation) -> None:
+    if op.status != Status.OUTCOME_UNKNOWN:
+        raise errors.NotUnknown(f"Operation {op.id} is {op.status}, not outcome_unknown.")
+
+
+def _reconcile_locked(
+    op: Operation,
+    *,
+    result: str,
+    actor: Actor,
+    now: datetime,
+    data: dict[str, Any],
+    barred_user_ids: list[int] | None = None,
+) -> None:
+    if result == "committed":
+        _enter(
+            op,
+            to=Status.SUCCEEDED,
+            kind="reconciled",
+            actor=actor,
+            now=now,
+            data=data,
+            downstream_id=data.get("downstream_id") or op.downstream_id,
+            error_code="",
+            error_detail="",
+        )
+    elif result == "not_found":
+        _not_found_locked(op, actor=actor, now=now, data=data, barred_user_ids=barred_user_ids)
+    else:
+        _probe_scheduled_locked(op, actor=actor, now=now, data=data)
+
+
+def _probe_scheduled_locked(
+    op: Operation, *, actor: Actor, now: datetime, data: dict[str, Any]
+) -> None:
+    """A probe that settled nothing: count it and schedule the next one with backoff."""
+    max_probes = op.tool_version.contract["reconcile"]["max_probes"]
+    op.probes += 1
+    exhausted = op.probes >= max_probes
+    op.next_probe_at = None if exhausted else now + machine.next_probe_delay(probes=op.probes)
+    op.save(update_fields=["probes", "next_probe_at", "updated_at"])
+    data.update(probes=op.probes, probes_exhausted=exhausted, next_probe_at=op.next_probe_at)
+    _record(op, kind="probe", actor=actor, now=now, data=data)
+
+
+def operation_probe_failed(*, operation: Operation, error: str, actor: Actor) -> Operation:
+    """A lookup that gave no usable answer (timeout, refused, not the expected JSON)."""
+    with transaction.atomic():
+        op = _lock(operation.pk)
         if op.status != Status.OUTCOME_UNKNOWN:
-            raise errors.NotUnknown(f"Operation {op.id} is {op.status}, not outcome_unknown.")
+            return op
+        data = {"result": "failed", "error": error[:500], "source": "probe"}
+        _probe_scheduled_locked(op, actor=actor, now=timezone.now(), data=data)
+    return op
+
+
+# ---------------------------------------------------------------------------------------
+# Reconciliation by people (the console)
+
+RECONCILE_PERMISSION = "operations.reconcile_tool"
+
+
+def _require_reconcile_permission(user: Any, tool: Tool) -> None:
+    if not user.is_active or not user.has_perm(RECONCILE_PERMISSION, tool):
+        raise PermissionRefused(f"You may not reconcile operations of {tool.name}.")
+
+
+def operation_resolve(
+    *,
+    operation: Operation,
+    user: Any,
+    result: str,
+    downstream_id: str = "",
+    note: str = "",
+    snooze_until: datetime | None = None,
+) -> Operation:
+    """A person's answer to an ``outcome_unknown`` operation, with evidence.
+
+    - ``committed`` needs a downstream reference or an evidence note.
+    - ``not_found`` ("did not happen") needs a note; for an irreversible tool it only
+      proposes the answer, which a second person must confirm
+      (``operation_resolution_confirm``).
+    - ``still_unknown`` snoozes the operation in the queue until ``snooze_until``.
+    """
+    note = note.strip()
+    downstream_id = downstream_id.strip()
+    with transaction.atomic():
+        op = _lock(operation.pk)
+        _require_reconcile_permission(user, op.tool)
+        _require_unknown(op)
+        now = timezone.now()
+        actor = Actor.of_user(user)
+        evidence = {"note": note} if note else {}
         data = {
             "result": result,
             "downstream_id": downstream_id or None,
             "evidence": evidence,
-            "source": source,
+            "source": "person",
         }
         if result == "committed":
-            _enter(
+            if not (downstream_id or note):
+                raise DecisionRefused("Give the downstream reference or an evidence note.")
+            _reconcile_locked(op, result=result, actor=actor, now=now, data=data)
+        elif result == "not_found":
+            if not note:
+                raise DecisionRefused("Say how you know the effect did not happen.")
+            if op.effect_class == machine.EffectClass.IRREVERSIBLE:
+                if op.resolutions.filter(status=Resolution.ResolutionStatus.PENDING).exists():
+                    raise DecisionRefused("A 'did not happen' already waits for confirmation.")
+                resolution = Resolution.objects.create(
+                    operation=op, declared_by=user, note=note, evidence=evidence, created_at=now
+                )
+                _record(
+                    op,
+                    kind="resolution_proposed",
+                    actor=actor,
+                    now=now,
+                    data={"resolution": resolution.id, "result": "not_found", "note": note},
+                )
+            else:
+                _reconcile_locked(
+                    op, result=result, actor=actor, now=now, data=data, barred_user_ids=[user.pk]
+                )
+        elif result == "still_unknown":
+            if snooze_until is None or snooze_until <= now:
+                raise DecisionRefused("Choose a time in the future to look again.")
+            op.snoozed_until = snooze_until
+            op.save(update_fields=["snoozed_until", "updated_at"])
+            _record(
                 op,
-                to=Status.SUCCEEDED,
-                kind="reconciled",
+                kind="snoozed",
                 actor=actor,
                 now=now,
-                data=data,
-                downstream_id=downstream_id or op.downstream_id,
-                error_code="",
-                error_detail="",
+                data={**data, "snoozed_until": snooze_until},
             )
-        elif result == "not_found":
-            _not_found_locked(op, actor=actor, now=now, data=data)
         else:
-            max_probes = op.tool_version.contract["reconcile"]["max_probes"]
-            op.probes += 1
-            exhausted = op.probes >= max_probes
-            op.next_probe_at = (
-                None if exhausted else now + machine.next_probe_delay(probes=op.probes)
-            )
-            op.save(update_fields=["probes", "next_probe_at", "updated_at"])
-            data.update(
-                probes=op.probes, probes_exhausted=exhausted, next_probe_at=op.next_probe_at
-            )
-            _record(op, kind="probe", actor=actor, now=now, data=data)
+            raise DecisionRefused(f"Unknown resolution {result!r}.")
     return op
 
 
-def _not_found_locked(op: Operation, *, actor: Actor, now: datetime, data: dict[str, Any]) -> None:
+def operation_resolution_confirm(
+    *, resolution_id: str, user: Any, confirm: bool, note: str = ""
+) -> Operation:
+    """The second person's answer to a proposed "did not happen" (four eyes).
+
+    Confirming applies ``not_found``: the irreversible operation goes back for a new
+    approval, which the declarer may not give. Disputing withdraws the proposal and the
+    operation stays unknown.
+    """
+    note = note.strip()
+    resolution = Resolution.objects.filter(pk=resolution_id).only("operation_id").first()
+    if resolution is None:
+        raise errors.NotFound(f"No resolution {resolution_id!r}.")
+    with transaction.atomic():
+        op = _lock(resolution.operation_id)
+        resolution = Resolution.objects.select_for_update().get(pk=resolution_id)
+        _require_reconcile_permission(user, op.tool)
+        if resolution.status != Resolution.ResolutionStatus.PENDING:
+            raise DecisionRefused(f"This proposal is {resolution.status}.")
+        if resolution.declared_by_id == user.pk:
+            raise DecisionRefused(
+                "You declared that it did not happen; someone else must confirm it."
+            )
+        now = timezone.now()
+        actor = Actor.of_user(user)
+        resolution.decided_by = user
+        resolution.decided_at = now
+        resolution.decision_note = note
+        if op.status != Status.OUTCOME_UNKNOWN:
+            resolution.status = Resolution.ResolutionStatus.WITHDRAWN
+            resolution.save()
+            result: Operation | Exception = errors.NotUnknown(
+                f"Operation {op.id} is {op.status} now; the proposal is withdrawn."
+            )
+        elif confirm:
+            resolution.status = Resolution.ResolutionStatus.CONFIRMED
+            resolution.save()
+            data = {
+                "result": "not_found",
+                "downstream_id": None,
+                "evidence": {**resolution.evidence, "confirmation": note},
+                "source": "person",
+                "resolution": resolution.id,
+                "declared_by": resolution.declared_by.get_username(),
+                "confirmed_by": user.get_username(),
+            }
+            _reconcile_locked(
+                op,
+                result="not_found",
+                actor=actor,
+                now=now,
+                data=data,
+                barred_user_ids=[resolution.declared_by_id],
+            )
+            result = op
+        else:
+            if not note:
+                raise DecisionRefused("Say why you dispute it.")
+            resolution.status = Resolution.ResolutionStatus.DISPUTED
+            resolution.save()
+            _record(
+                op,
+                kind="resolution_disputed",
+                actor=actor,
+                now=now,
+                data={"resolution": resolution.id, "note": note},
+            )
+            result = op
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def operation_note_add(*, operation: Operation, user: Any, note: str) -> Operation:
+    """Evidence without an answer: a note on the operation's trace."""
+    note = note.strip()
+    if not note:
+        raise DecisionRefused("The note is empty.")
+    with transaction.atomic():
+        op = _lock(operation.pk)
+        _require_reconcile_permission(user, op.tool)
+        _record(op, kind="note", actor=Actor.of_user(user), now=timezone.now(), data={"note": note})
+    return op
+
+
+def operation_compensated_by_hand(*, operation: Operation, user: Any, note: str) -> Operation:
+    """A person records that a failed undo was done by hand."""
+    if not note.strip():
+        raise DecisionRefused("Say how the undo was done.")
+    _require_reconcile_permission(user, operation.tool)
+    return operation_compensate(
+        operation=operation,
+        result="committed",
+        actor=Actor.of_user(user),
+        evidence={"note": note.strip(), "by_hand": True},
+    )
+
+
+def _not_found_locked(
+    op: Operation,
+    *,
+    actor: Actor,
+    now: datetime,
+    data: dict[str, Any],
+    barred_user_ids: list[int] | None = None,
+) -> None:
     Attempt.objects.filter(
         operation=op,
         status__in=[AttemptStatus.UNKNOWN, AttemptStatus.LEASE_EXPIRED],
@@ -1325,7 +1556,12 @@ def _not_found_locked(op: Operation, *, actor: Actor, now: datetime, data: dict[
     contract = op.tool_version.contract
     out_of_time = op.deadline_at is not None and op.deadline_at <= now
     out_of_attempts = op.attempts >= contract["retry"]["max_attempts"]
-    common = {"actor": actor, "now": now, "kind": "reconciled", "unknown_sticky": False}
+    common = {
+        "actor": actor,
+        "now": now,
+        "kind": "reconciled",
+        "unknown_sticky": False,
+    }
     if out_of_time or out_of_attempts:
         why = "deadline passed" if out_of_time else "no attempts left"
         _enter(
@@ -1337,14 +1573,13 @@ def _not_found_locked(op: Operation, *, actor: Actor, now: datetime, data: dict[
             **common,
         )
     elif op.effect_class == machine.EffectClass.IRREVERSIBLE:
-        barred = [actor.user.pk] if actor.user is not None else []
         request = _open_request(
             op,
             reason=(
                 "Reconciliation found that the earlier attempt did not happen. Approve to "
                 "try again, having read the evidence."
             ),
-            context={"reconciliation": data, "barred_user_ids": barred},
+            context={"reconciliation": data, "barred_user_ids": barred_user_ids or []},
             now=now,
         )
         _enter(
