@@ -221,6 +221,13 @@ LOGGING = {
 # Background work. Without a broker the same task functions run in-process.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
 
+# Reconciliation lookups go only to these hosts (names or CIDR ranges, comma-separated):
+# they are usually on the runner's private network, so nothing is allowed by default.
+RECONCILE_ALLOWED_HOSTS = _env_list("RECONCILE_ALLOWED_HOSTS")
+RECONCILE_PROBE_TIMEOUT_S = float(os.environ.get("RECONCILE_PROBE_TIMEOUT_S", "5"))
+# Unknown outcomes older than this are highlighted in the reconciliation queue.
+RECONCILE_AGE_WARNING_S = int(os.environ.get("RECONCILE_AGE_WARNING_S", "900"))
+
 # Lease defaults for claims (seconds).
 LEASE_DEFAULT_S = 30
 LEASE_MAX_S = 3600

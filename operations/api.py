@@ -159,6 +159,7 @@ class OperationListView(APIView):
             turn=data.get("turn"),
             approval=data.get("approval"),
             claim_lease_s=data["claim"]["lease_s"] if "claim" in data else None,
+            retry_of=data.get("retry_of"),
         )
         body = _operation_body(registration.operation)
         if registration.created and "claim" in data:

@@ -214,6 +214,9 @@ class Operation(models.Model):
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Kept beside the status (set with every transition) so that queues can be ordered
+    # and filtered by "in this state since" through an index, without reading events.
+    status_changed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         constraints = [
@@ -232,6 +235,7 @@ class Operation(models.Model):
             models.Index(fields=["runner", "id"], name="op_runner_id"),
             models.Index(fields=["run", "id"], name="op_run_id"),
             models.Index(fields=["status", "id"], name="op_status_id"),
+            models.Index(fields=["status", "status_changed_at"], name="op_status_since"),
             models.Index(
                 fields=["lease_until"], name="op_executing_lease", condition=Q(status="executing")
             ),

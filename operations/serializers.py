@@ -73,6 +73,7 @@ class OperationIn(StrictSerializer):
     turn = serializers.IntegerField(min_value=0, required=False, allow_null=True)
     approval = ApprovalAskIn(required=False)
     claim = LeaseIn(required=False)
+    retry_of = serializers.CharField(max_length=40, required=False)
 
 
 class OutcomeIn(StrictSerializer):

@@ -170,6 +170,7 @@ def _transition(
     if not machine.can_transition(source, to):
         raise errors.InvalidTransition(f"{source} -> {to} is not an allowed transition.")
     op.status = to
+    op.status_changed_at = now
     for name, value in changes.items():
         setattr(op, name, value)
     if to != Status.EXECUTING:
@@ -592,6 +593,19 @@ def _concurrency_value(contract: dict[str, Any], frozen: Any) -> str | None:
     return hashlib.sha256(canonical_json(value)).hexdigest()
 
 
+def _retry_target(*, runner: Runner, tool: Tool, operation_id: str) -> Operation:
+    """The compensated operation a new registration retries (linked, never reused)."""
+    previous = Operation.objects.filter(pk=operation_id, runner=runner).first()
+    if previous is None:
+        raise errors.NotFound(f"No operation {operation_id!r}.")
+    if previous.tool_id != tool.name or previous.status != Status.COMPENSATED:
+        raise errors.InvalidRequest(
+            "retry_of names a compensated operation of the same tool.",
+            errors=[{"path": "/retry_of", "message": f"{previous.id} is {previous.status}"}],
+        )
+    return previous
+
+
 def _check_run_budgets(run: Run, *, turn: int | None, now: datetime) -> None:
     """Refuse a registration the run cannot afford. Raises before anything is written."""
     if run.status != Run.RunStatus.ACTIVE:
@@ -652,6 +666,7 @@ def operation_register(
     turn: int | None = None,
     approval: dict[str, Any] | None = None,
     claim_lease_s: int | None = None,
+    retry_of: str | None = None,
 ) -> Registration:
     """Register one intended side effect, or return the one already registered.
 
@@ -682,6 +697,7 @@ def operation_register(
     tool = Tool.objects.select_related("active_version").filter(pk=tool_name).first()
     if tool is None or tool.active_version is None:
         raise errors.UnknownTool(f"No tool named {tool_name!r} is registered.")
+    previous = _retry_target(runner=runner, tool=tool, operation_id=retry_of) if retry_of else None
     if not runner_may_invoke(runner, tool):
         raise errors.ToolForbidden(f"Runner {runner.name} may not invoke {tool.name}.")
     version = tool.active_version
@@ -718,6 +734,8 @@ def operation_register(
             deadline_at=now + timedelta(seconds=deadline_s) if deadline_s else None,
             concurrency_value=_concurrency_value(contract, frozen),
             turn=turn,
+            status_changed_at=now,
+            previous=previous,
         )
         try:
             with transaction.atomic():
@@ -750,6 +768,7 @@ def operation_register(
                 "call_id": call_id,
                 "intent_hash": digest,
                 "turn": turn,
+                "retry_of": previous.id if previous else None,
             },
             now=now,
         )

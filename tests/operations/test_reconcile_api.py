@@ -111,3 +111,22 @@ def test_nobody_cancels_an_unknown_operation(api):
     run = Operation.objects.get(pk=op["id"]).run_id
     assert api.post(f"/api/v1/runs/{run}/cancel").json()["status"] == "cancelled"
     assert Operation.objects.get(pk=op["id"]).status == "outcome_unknown"
+
+
+def test_after_compensation_a_retry_is_a_new_operation_linked_to_the_old(api):
+    op = _unknown(api, "compensable")
+    api.post(f"/api/v1/operations/{op['id']}/compensations", {"result": "committed"})
+    run = Operation.objects.get(pk=op["id"]).run_id
+    retry = api.register(run, "t_compensable", retry_of=op["id"])
+    assert retry["id"] != op["id"]
+    assert retry["previous_operation"] == op["id"]
+    assert retry["idempotency_key"] != op["idempotency_key"]
+
+
+def test_retry_of_must_name_a_compensated_operation(api):
+    api.tool("t")
+    run = api.run()
+    live = api.register(run, "t")
+    refusal = api.register(run, "t", retry_of=live["id"], expect=400)
+    assert refusal["errors"][0]["path"] == "/retry_of"
+    assert api.register(run, "t", retry_of="op_nope", expect=404)["code"] == "not_found"

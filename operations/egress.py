@@ -1,0 +1,141 @@
+"""Outbound HTTP that cannot be pointed at internal addresses (product.md §7).
+
+Reconciliation lookups and webhook deliveries go to URLs that runners supply, so a
+runner token must not be able to make Effectgate call its own admin, a cloud metadata
+service or anything else on its private network. The check runs on the address that is
+actually connected to, after DNS resolution, inside the connection itself: a name that
+resolves to a public address when registered and to 127.0.0.1 when called (DNS
+rebinding) is refused at connect time. Redirects are never followed.
+"""
+
+import ipaddress
+import socket
+import ssl
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import certifi
+import httpcore
+import httpx
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class AddressRefused(httpcore.ConnectError):
+    """The destination resolved only to addresses the policy refuses."""
+
+
+@dataclass(frozen=True)
+class HostPolicy:
+    """Which destinations outbound calls may connect to.
+
+    ``names`` are host names trusted whatever they resolve to, except link-local
+    addresses (cloud metadata services live there), which only a listed CIDR range
+    admits. ``networks`` admit any host whose address falls inside them. With
+    ``allow_public``, globally routable addresses are admitted too.
+    """
+
+    names: frozenset[str]
+    networks: tuple[Network, ...]
+    allow_public: bool
+
+    @classmethod
+    def parse(cls, entries: Iterable[str], *, allow_public: bool) -> "HostPolicy":
+        names, networks = set(), []
+        for entry in entries:
+            entry = entry.strip().lower()
+            if not entry:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(entry, strict=False))
+            except ValueError:
+                names.add(entry.rstrip("."))
+        return cls(frozenset(names), tuple(networks), allow_public)
+
+    def address_allowed(self, host: str, address: Address) -> bool:
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+            address = address.ipv4_mapped
+        if any(address in network for network in self.networks):
+            return True
+        if address.is_link_local or address.is_multicast or address.is_unspecified:
+            return False
+        if host.lower().rstrip(".") in self.names:
+            return True
+        return self.allow_public and address.is_global
+
+    def url_allowed(self, url: str) -> tuple[bool, str]:
+        """A registration-time check (the connect-time check still applies later)."""
+        try:
+            parsed = httpx.URL(url)
+        except httpx.InvalidURL as exc:
+            return False, f"not a URL: {exc}"
+        if parsed.scheme not in {"http", "https"} or not parsed.host:
+            return False, "must be an http(s) URL"
+        try:
+            addresses = _resolve(parsed.host, parsed.port or 443)
+        except OSError:
+            return False, f"{parsed.host} does not resolve"
+        refused = [str(a) for a in addresses if not self.address_allowed(parsed.host, a)]
+        if refused:
+            return False, f"{parsed.host} resolves to an address that is not allowed ({refused[0]})"
+        return True, ""
+
+
+def _resolve(host: str, port: int) -> list[Address]:
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
+
+
+class GuardedBackend(httpcore.NetworkBackend):
+    """Resolves the host itself and connects only to an address the policy admits."""
+
+    def __init__(self, policy: HostPolicy) -> None:
+        self.policy = policy
+        self.plain = httpcore.SyncBackend()
+
+    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        try:
+            addresses = _resolve(host, port)
+        except OSError as exc:
+            raise httpcore.ConnectError(f"{host} does not resolve: {exc}") from exc
+        allowed = [a for a in addresses if self.policy.address_allowed(host, a)]
+        if not allowed:
+            raise AddressRefused(f"{host} resolves only to addresses that are not allowed")
+        last_error: Exception | None = None
+        for address in allowed:
+            try:
+                return self.plain.connect_tcp(
+                    str(address), port, timeout, local_address, socket_options
+                )
+            except httpcore.ConnectError as exc:
+                last_error = exc
+        raise httpcore.ConnectError(str(last_error))
+
+    def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        raise AddressRefused("unix sockets are not allowed")
+
+    def sleep(self, seconds: float) -> None:
+        self.plain.sleep(seconds)
+
+
+class GuardedTransport(httpx.HTTPTransport):
+    def __init__(self, policy: HostPolicy) -> None:
+        super().__init__()
+        # TLS still verifies the certificate against the URL's host name: httpcore
+        # passes it as server_hostname although the socket was opened to an address.
+        self._pool = httpcore.ConnectionPool(
+            ssl_context=ssl.create_default_context(cafile=certifi.where()),
+            max_connections=10,
+            network_backend=GuardedBackend(policy),
+        )
+
+
+def guarded_client(policy: HostPolicy, *, timeout: float) -> httpx.Client:
+    return httpx.Client(
+        transport=GuardedTransport(policy),
+        timeout=httpx.Timeout(timeout),
+        follow_redirects=False,
+        trust_env=False,
+        headers={"User-Agent": "Effectgate"},
+    )

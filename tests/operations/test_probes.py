@@ -1,0 +1,165 @@
+"""Automatic probes against a real lookup server on loopback."""
+
+import ipaddress
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.core.management import call_command
+from django.utils import timezone
+
+from operations.egress import HostPolicy
+from operations.models import Event, Operation
+from operations.probes import probe_due
+from tests.conftest import contract
+from tests.support.lookup_server import LookupServer
+
+
+@pytest.fixture
+def lookup_server(settings):
+    server = LookupServer()
+    settings.RECONCILE_ALLOWED_HOSTS = ["127.0.0.1"]
+    settings.RECONCILE_PROBE_TIMEOUT_S = 0.5
+    yield server
+    server.close()
+
+
+def _unknown(api, template, max_probes=10):
+    api.tool(
+        "refund",
+        contract(
+            "irreversible",
+            approval={"mode": "never"},
+            reconcile={"mode": "lookup", "url": template, "max_probes": max_probes},
+        ),
+    )
+    op = api.register(api.run(), "refund")
+    api.claim(op["id"])
+    api.outcome(op["id"], 1, {"kind": "unknown", "code": "timeout_unknown"})
+    return op
+
+
+def test_first_probe_is_due_at_once_and_committed_resolves(api, lookup_server):
+    op = _unknown(api, lookup_server.url_template)
+    lookup_server.answer(
+        op["idempotency_key"],
+        {"result": "committed", "downstream_id": "re_5", "evidence": {"ledger": "row 9"}},
+    )
+    report = probe_due()
+    assert (report.probed, report.resolved, report.failed) == (1, 1, 0)
+    stored = Operation.objects.get(pk=op["id"])
+    assert stored.status == "succeeded"
+    assert stored.downstream_id == "re_5"
+    event = Event.objects.get(stream=op["id"], kind="reconciled")
+    assert event.data["source"] == "probe"
+    assert event.data["evidence"] == {"ledger": "row 9"}
+    assert event.actor == "system:probe"
+    assert lookup_server.requests == [f"/lookup/{op['idempotency_key']}"]
+
+
+def test_not_found_answer_sends_irreversible_back_for_approval(api, lookup_server):
+    op = _unknown(api, lookup_server.url_template)
+    lookup_server.answer(op["idempotency_key"], {"result": "not_found"})
+    probe_due()
+    assert Operation.objects.get(pk=op["id"]).status == "awaiting_approval"
+
+
+def test_still_unknown_backs_off_then_exhausts(api, lookup_server):
+    op = _unknown(api, lookup_server.url_template, max_probes=2)
+    lookup_server.answer(op["idempotency_key"], {"result": "still_unknown"})
+    assert probe_due().probed == 1
+    assert probe_due().probed == 0  # not due again yet: 30 s backoff
+    stored = Operation.objects.get(pk=op["id"])
+    assert stored.next_probe_at > timezone.now() + timedelta(seconds=25)
+    with time_machine.travel(stored.next_probe_at + timedelta(seconds=1), tick=False):
+        assert probe_due().probed == 1
+    stored.refresh_from_db()
+    assert (stored.status, stored.probes, stored.next_probe_at) == ("outcome_unknown", 2, None)
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "delay", "error"),
+    [
+        (200, b"<html>oops</html>", 0, "not JSON"),
+        (200, b'{"result": "maybe"}', 0, '"result"'),
+        (200, b"[1, 2]", 0, '"result"'),
+        (500, b'{"result": "committed"}', 0, "HTTP 500"),
+        (302, b"", 0, "HTTP 302"),
+        (200, b'{"result": "committed"}', 2, "timed out"),
+    ],
+)
+def test_garbage_errors_and_timeouts_are_failed_probes_that_resolve_nothing(
+    api, lookup_server, status, body, delay, error
+):
+    op = _unknown(api, lookup_server.url_template)
+    lookup_server.answer(op["idempotency_key"], body, status=status, delay=delay)
+    report = probe_due()
+    assert (report.probed, report.failed, report.resolved) == (1, 1, 0)
+    stored = Operation.objects.get(pk=op["id"])
+    assert stored.status == "outcome_unknown"
+    assert stored.probes == 1
+    event = Event.objects.filter(stream=op["id"], kind="probe").last()
+    assert event.data["result"] == "failed"
+    assert error in event.data["error"]
+
+
+def test_hosts_not_on_the_allow_list_are_never_called(api, lookup_server, settings):
+    settings.RECONCILE_ALLOWED_HOSTS = ["10.0.0.0/8"]
+    op = _unknown(api, lookup_server.url_template)
+    lookup_server.answer(op["idempotency_key"], {"result": "committed"})
+    assert probe_due().failed == 1
+    assert lookup_server.requests == []
+    event = Event.objects.filter(stream=op["id"], kind="probe").last()
+    assert "not allowed" in event.data["error"]
+    assert Operation.objects.get(pk=op["id"]).status == "outcome_unknown"
+
+
+def test_a_name_that_resolves_to_loopback_is_refused_unless_listed(api, lookup_server, settings):
+    settings.RECONCILE_ALLOWED_HOSTS = ["lookup.example.com"]
+    op = _unknown(api, f"http://localhost:{lookup_server.port}/lookup/{{idempotency_key}}")
+    lookup_server.answer(op["idempotency_key"], {"result": "committed"})
+    assert probe_due().failed == 1
+    assert lookup_server.requests == []
+    settings.RECONCILE_ALLOWED_HOSTS = ["localhost"]
+    Operation.objects.filter(pk=op["id"]).update(next_probe_at=timezone.now())
+    assert probe_due().resolved == 1
+
+
+def test_manual_mode_operations_are_not_probed(api, lookup_server):
+    api.tool("manual", contract("irreversible", approval={"mode": "never"}))
+    op = api.register(api.run(), "manual")
+    api.claim(op["id"])
+    api.outcome(op["id"], 1, {"kind": "unknown"})
+    assert probe_due().probed == 0
+
+
+def test_reconcile_command_runs_the_due_probes(api, lookup_server, capsys):
+    op = _unknown(api, lookup_server.url_template)
+    lookup_server.answer(op["idempotency_key"], {"result": "committed"})
+    call_command("reconcile")
+    assert "probed: 1, resolved: 1, failed: 0" in capsys.readouterr().out
+    assert Operation.objects.get(pk=op["id"]).status == "succeeded"
+
+
+def test_host_policy():
+    policy = HostPolicy.parse(["runner.internal", "10.1.0.0/16"], allow_public=False)
+    ip = ipaddress.ip_address
+    assert policy.address_allowed("runner.internal", ip("192.168.1.5"))
+    assert not policy.address_allowed("runner.internal", ip("169.254.169.254"))
+    assert policy.address_allowed("anything", ip("10.1.2.3"))
+    assert not policy.address_allowed("anything", ip("10.2.0.1"))
+    assert not policy.address_allowed("anything", ip("93.184.216.34"))
+    public = HostPolicy.parse([], allow_public=True)
+    assert public.address_allowed("x", ip("93.184.216.34"))
+    for internal in (
+        "127.0.0.1",
+        "10.0.0.1",
+        "192.168.0.1",
+        "169.254.169.254",
+        "::1",
+        "fe80::1",
+        "::ffff:127.0.0.1",
+        "0.0.0.0",
+        "100.64.0.1",
+    ):
+        assert not public.address_allowed("x", ip(internal)), internal
