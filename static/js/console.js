@@ -1,0 +1,258 @@
+/*
+ * Effectgate console behaviour. Loaded with `defer` from console/base.html after htmx.
+ *
+ * The console has no inline <script>, no inline event handlers (onclick=...), no hx-on
+ * attributes and no htmx [filter] expressions: all of those need 'unsafe-inline' or
+ * 'unsafe-eval' under a Content-Security-Policy. base.html also turns htmx's eval off
+ * (htmx-config allowEval: false), so such attributes would not run anyway. Behaviour
+ * belongs here, attached by data-* attributes.
+ *
+ * 1. Keyboard list navigation
+ *    <table class="data" data-keynav aria-keyshortcuts="j k Enter"> with one <tr> per
+ *    item, optionally <tr data-key="op_123"> (otherwise the row's first link is its key).
+ *    j / k move the current row (class "is-current", aria-current="true") and focus its
+ *    first link; Enter opens that link. Keys typed into inputs, textareas, selects and
+ *    editable content are ignored, as are keys with Ctrl / Alt / Meta. The current row
+ *    survives htmx swaps of the table. Announce the keys next to the table:
+ *    {% include "console/_shared.html#keynav-help" %}.
+ *    "/" focuses the header search box (input[data-shortcut="/"]).
+ *
+ * 2. Polling pauses while the tab is hidden
+ *    Live regions poll with
+ *        hx-get="..." hx-trigger="every 5s, refresh"
+ *    A request that a poll fires (`every`, which carries no triggering event) is
+ *    cancelled in htmx:beforeRequest while document.hidden; htmx keeps its poll timer,
+ *    so polling resumes by itself. When the tab becomes visible again, every polling
+ *    element gets a "refresh" event, so a region that names `refresh` in its hx-trigger
+ *    updates at once instead of at its next tick. (htmx's own filter syntax,
+ *    `every 5s [!document.hidden]`, would do the first half but compiles the filter with
+ *    Function(), which a CSP without 'unsafe-eval' forbids; so it is not used.)
+ *
+ * 3. Relative times
+ *    <time datetime="2025-01-02T03:04:05Z" title="2025-01-02 03:04:05 UTC" data-relative>
+ *    (from {{ value|reltime }}) shows "3 min ago" / "in 2 h"; the title keeps the
+ *    absolute time. Refreshed every 30 s, after htmx swaps and when the tab shows again.
+ *    A time in the past gets data-past (pages may style e.g. an expired deadline).
+ */
+(function () {
+  "use strict";
+
+  // ---------------------------------------------------------------- 1. keynav
+
+  const CURRENT = "is-current";
+  const CONTROLS =
+    "a[href], button, summary, [role='button'], [role='link'], [tabindex]:not([tabindex='-1'])";
+  let currentKey = null;
+
+  function isTyping(target) {
+    if (!(target instanceof Element)) return false;
+    if (target.isContentEditable) return true;
+    const tag = target.tagName;
+    return tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT";
+  }
+
+  function keynavTable() {
+    const active = document.activeElement;
+    const owner = active && active.closest && active.closest("table[data-keynav]");
+    return owner || document.querySelector("table[data-keynav]");
+  }
+
+  function rowsOf(table) {
+    const rows = [];
+    for (const body of table.tBodies) {
+      for (const row of body.rows) {
+        if (!row.hidden && !row.classList.contains("empty")) rows.push(row);
+      }
+    }
+    return rows;
+  }
+
+  function firstLink(row) {
+    return row.querySelector("a[href]");
+  }
+
+  function rowKey(row) {
+    if (row.dataset.key) return row.dataset.key;
+    const link = firstLink(row);
+    return link ? link.getAttribute("href") : null;
+  }
+
+  function markCurrent(table, row) {
+    for (const other of table.querySelectorAll("tr." + CURRENT)) {
+      other.classList.remove(CURRENT);
+      other.removeAttribute("aria-current");
+    }
+    if (!row) return;
+    row.classList.add(CURRENT);
+    row.setAttribute("aria-current", "true");
+    currentKey = rowKey(row);
+  }
+
+  function moveTo(table, row) {
+    markCurrent(table, row);
+    const target = firstLink(row) || row;
+    if (target === row && !row.hasAttribute("tabindex")) row.tabIndex = -1;
+    target.focus({ preventScroll: true });
+    row.scrollIntoView({ block: "nearest" });
+  }
+
+  function onKeynavKey(event) {
+    const table = keynavTable();
+    if (!table) return false;
+    const rows = rowsOf(table);
+    if (rows.length === 0) return false;
+    const current = table.querySelector("tbody tr." + CURRENT);
+    const index = current ? rows.indexOf(current) : -1;
+
+    if (event.key === "j" || event.key === "k") {
+      let next;
+      if (index === -1) next = event.key === "j" ? 0 : rows.length - 1;
+      else next = Math.min(rows.length - 1, Math.max(0, index + (event.key === "j" ? 1 : -1)));
+      moveTo(table, rows[next]);
+      return true;
+    }
+
+    if (event.key === "Enter" && current) {
+      // A focused link, button or other control does its own thing on Enter.
+      // (tabindex="-1" containers such as <main id="main"> are not controls.)
+      const target = event.target;
+      if (target instanceof Element && target !== current && target.closest(CONTROLS)) {
+        return false;
+      }
+      const link = firstLink(current);
+      if (!link) return false;
+      link.click();
+      return true;
+    }
+    return false;
+  }
+
+  function focusSearch() {
+    const box = document.querySelector("input[data-shortcut='/']");
+    if (!box) return false;
+    box.focus();
+    box.select();
+    return true;
+  }
+
+  document.addEventListener("keydown", function (event) {
+    if (event.defaultPrevented || event.ctrlKey || event.altKey || event.metaKey) return;
+    if (isTyping(event.target)) return;
+    let handled = false;
+    if (event.key === "/") handled = focusSearch();
+    else if (event.key === "j" || event.key === "k" || event.key === "Enter") {
+      handled = onKeynavKey(event);
+    }
+    if (handled) event.preventDefault();
+  });
+
+  // Keep the current row across htmx swaps of the table (polling replaces it).
+  let focusWasInTable = false;
+  document.addEventListener("htmx:beforeSwap", function () {
+    const table = keynavTable();
+    focusWasInTable = Boolean(table && table.contains(document.activeElement));
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    const table = keynavTable();
+    if (!table || currentKey === null) return;
+    const row = rowsOf(table).find(function (candidate) {
+      return rowKey(candidate) === currentKey;
+    });
+    if (!row) {
+      markCurrent(table, null);
+      return;
+    }
+    if (!row.classList.contains(CURRENT)) markCurrent(table, row);
+    const lostFocus = !document.activeElement || document.activeElement === document.body;
+    if (focusWasInTable && lostFocus) {
+      const target = firstLink(row) || row;
+      if (target === row && !row.hasAttribute("tabindex")) row.tabIndex = -1;
+      target.focus({ preventScroll: true });
+    }
+  });
+
+  // ---------------------------------------------------------------- 2. polling
+
+  function isPolling(elt) {
+    const trigger = elt.getAttribute("hx-trigger") || elt.getAttribute("data-hx-trigger");
+    return Boolean(trigger) && /(^|[\s,])every\s/.test(trigger);
+  }
+
+  document.addEventListener("htmx:beforeRequest", function (event) {
+    if (!document.hidden) return;
+    const detail = event.detail || {};
+    const elt = detail.elt;
+    const config = detail.requestConfig || {};
+    // A poll tick calls htmx's handler without an event; user actions and named events
+    // (refresh, submit, click...) carry one and always go through.
+    if (elt instanceof Element && !config.triggeringEvent && isPolling(elt)) {
+      event.preventDefault();
+    }
+  });
+
+  document.addEventListener("visibilitychange", function () {
+    if (document.hidden) return;
+    renderTimes(document);
+    if (!window.htmx) return;
+    for (const elt of document.querySelectorAll("[hx-trigger], [data-hx-trigger]")) {
+      if (isPolling(elt)) window.htmx.trigger(elt, "refresh");
+    }
+  });
+
+  // ---------------------------------------------------------------- 3. times
+
+  const MINUTE = 60;
+  const HOUR = 60 * MINUTE;
+  const DAY = 24 * HOUR;
+
+  function relativeText(date, now) {
+    const delta = Math.round((date.getTime() - now) / 1000); // > 0: in the future
+    const span = Math.abs(delta);
+    let amount;
+    if (span < MINUTE) {
+      return delta >= 0 ? "in under a minute" : "under a minute ago";
+    } else if (span < HOUR) {
+      amount = Math.floor(span / MINUTE) + " min";
+    } else if (span < DAY) {
+      const hours = Math.floor(span / HOUR);
+      const minutes = Math.floor((span % HOUR) / MINUTE);
+      amount = hours + " h" + (hours < 6 && minutes > 0 ? " " + minutes + " min" : "");
+    } else if (span < 30 * DAY) {
+      amount = Math.floor(span / DAY) + " d";
+    } else {
+      return null; // far away: the absolute date says more
+    }
+    return delta >= 0 ? "in " + amount : amount + " ago";
+  }
+
+  function renderTimes(root) {
+    const now = Date.now();
+    const nodes = [];
+    if (root instanceof Element && root.matches("time[data-relative]")) nodes.push(root);
+    if (root.querySelectorAll) nodes.push(...root.querySelectorAll("time[data-relative]"));
+    for (const node of nodes) {
+      const date = new Date(node.getAttribute("datetime"));
+      if (Number.isNaN(date.getTime())) continue;
+      if (!node.dataset.absolute) node.dataset.absolute = node.textContent.trim();
+      if (!node.title) node.title = node.dataset.absolute;
+      const text = relativeText(date, now);
+      node.textContent = text === null ? node.dataset.absolute : text;
+      node.toggleAttribute("data-past", date.getTime() < now);
+    }
+  }
+
+  document.addEventListener("htmx:load", function (event) {
+    const elt = event.detail && event.detail.elt;
+    if (elt) renderTimes(elt);
+  });
+
+  function start() {
+    renderTimes(document);
+    window.setInterval(function () {
+      if (!document.hidden) renderTimes(document);
+    }, 30 * 1000);
+  }
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
+  else start();
+})();
