@@ -7,6 +7,7 @@ JavaScript; htmx only refreshes parts of pages (``template#partial``).
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
@@ -14,7 +15,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals.errors import Refusal
+from approvals.errors import DecisionRefused, Refusal
 from approvals.models import ApprovalRequest
 from approvals.services import may_decide
 from operations import selectors, services
@@ -22,7 +23,7 @@ from operations.canonical import canonical_json
 from operations.errors import NotFound
 from operations.machine import EffectClass
 
-from .forms import DecisionForm, RevokeForm
+from .forms import ConfirmForm, DecisionForm, NoteForm, ResolveForm, RevokeForm
 from .presenters import changes, flatten
 
 
@@ -152,3 +153,172 @@ def approval_revoke(request: HttpRequest, approval_id: str) -> HttpResponse:
     else:
         messages.success(request, "Grant revoked: the next claim will ask for a new approval.")
     return redirect("console:approval", approval_id=approval.id)
+
+
+# --- reconciliation -------------------------------------------------------------------
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+@require_GET
+@login_required
+def reconciliation(request: HttpRequest) -> HttpResponse:
+    queue = request.GET.get("queue") or "all"
+    if queue not in selectors.SAVED_QUEUES:
+        queue = "all"
+    filters = {name: request.GET.get(name) or None for name in ("tool", "effect_class", "run")}
+    min_age_m = _int_or_none(request.GET.get("min_age_m"))
+    include_snoozed = request.GET.get("snoozed") == "1"
+    now = timezone.now()
+    ops = list(
+        selectors.reconciliation_queue(
+            user=request.user,
+            queue=queue,
+            min_age_s=min_age_m * 60 if min_age_m else None,
+            include_snoozed=include_snoozed,
+            now=now,
+            **filters,
+        )[:200]
+    )
+    warning = settings.RECONCILE_AGE_WARNING_S
+    rows = [
+        {
+            "op": op,
+            "since": op.status_changed_at or op.created_at,
+            "stale": (now - (op.status_changed_at or op.created_at)).total_seconds() > warning,
+        }
+        for op in ops
+    ]
+    context = {
+        "rows": rows,
+        "queue": queue,
+        "queues": [
+            (name, label, count)
+            for (name, label), count in zip(
+                selectors.SAVED_QUEUES.items(),
+                selectors.reconciliation_counts(user=request.user, now=now).values(),
+                strict=True,
+            )
+        ],
+        "filters": filters,
+        "min_age_m": min_age_m,
+        "include_snoozed": include_snoozed,
+        "tools": selectors.tools_for_user(request.user, [selectors.RECONCILE]).order_by("name"),
+        "effect_classes": [cls.value for cls in EffectClass],
+        "warning_minutes": warning // 60,
+    }
+    return render(request, _partial(request, "console/reconciliation.html", "rows"), context)
+
+
+@require_GET
+@login_required
+def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
+    op = _found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
+    trace = selectors.operation_trace(op)
+    may_reconcile = request.user.has_perm(selectors.RECONCILE, op.tool)
+    context = {
+        "op": op,
+        "run": op.run,
+        "contract": op.tool_version.contract,
+        "arguments": [(path, value) for path, value in flatten(op.arguments).items()],
+        "may_reconcile": may_reconcile,
+        "resolve_form": ResolveForm(),
+        "note_form": NoteForm(),
+        "now": timezone.now(),
+        **trace,
+    }
+    return render(request, "console/operation.html", context)
+
+
+def _back(op_id: str) -> HttpResponse:
+    return redirect("console:operation", operation_id=op_id)
+
+
+@require_POST
+@login_required
+def operation_resolve(request: HttpRequest, operation_id: str) -> HttpResponse:
+    op = _found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
+    form = ResolveForm(request.POST)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(errors))
+        return _back(op.id)
+    data = form.cleaned_data
+    try:
+        op = services.operation_resolve(
+            operation=op,
+            user=request.user,
+            result=data["result"],
+            downstream_id=data["downstream_id"],
+            note=data["note"],
+            snooze_until=data["snooze_until"],
+        )
+    except Refusal as refusal:
+        messages.error(request, refusal.detail)
+        return _back(op.id)
+    if data["result"] == "not_found" and op.status == "outcome_unknown":
+        messages.success(request, "Recorded. A second person must confirm that it did not happen.")
+    else:
+        messages.success(request, f"Recorded. The operation is {op.status}.")
+    return _back(op.id)
+
+
+@require_POST
+@login_required
+def operation_note(request: HttpRequest, operation_id: str) -> HttpResponse:
+    op = _found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
+    form = NoteForm(request.POST)
+    try:
+        if not form.is_valid():
+            raise DecisionRefused("The note is empty.")
+        services.operation_note_add(operation=op, user=request.user, note=form.cleaned_data["note"])
+    except Refusal as refusal:
+        messages.error(request, refusal.detail)
+    else:
+        messages.success(request, "Note added.")
+    return _back(op.id)
+
+
+@require_POST
+@login_required
+def operation_compensated(request: HttpRequest, operation_id: str) -> HttpResponse:
+    op = _found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
+    form = NoteForm(request.POST)
+    try:
+        if not form.is_valid():
+            raise DecisionRefused("Say how the undo was done.")
+        op = services.operation_compensated_by_hand(
+            operation=op, user=request.user, note=form.cleaned_data["note"]
+        )
+    except Refusal as refusal:
+        messages.error(request, refusal.detail)
+    else:
+        messages.success(request, f"Recorded. The operation is {op.status}.")
+    return _back(op.id)
+
+
+@require_POST
+@login_required
+def resolution_confirm(request: HttpRequest, operation_id: str, resolution_id: str) -> HttpResponse:
+    op = _found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
+    form = ConfirmForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose confirm or dispute.")
+        return _back(op.id)
+    try:
+        op = services.operation_resolution_confirm(
+            resolution_id=resolution_id,
+            user=request.user,
+            confirm=form.cleaned_data["decision"] == "confirm",
+            note=form.cleaned_data["note"],
+        )
+    except Refusal as refusal:
+        messages.error(request, refusal.detail)
+    else:
+        messages.success(request, f"Recorded. The operation is {op.status}.")
+    return _back(op.id)

@@ -4,14 +4,17 @@ A runner sees only its own runs and operations: anything else answers ``not_foun
 never ``forbidden``, so ids of other runners' objects cannot be probed.
 """
 
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import Prefetch, Q, QuerySet
+from django.utils import timezone
 from guardian.shortcuts import get_objects_for_user
 
 from approvals.models import ApprovalRequest
 
 from .errors import NotFound
+from .machine import Status
 from .models import Event, Operation, Run, Runner, Tool
 
 
@@ -174,3 +177,95 @@ def approval_comparison(request: ApprovalRequest) -> tuple[str, Operation] | Non
     if earlier is not None:
         return (f"the previous {op.tool_id} call in this run", earlier)
     return None
+
+
+# --- the reconciliation queue -----------------------------------------------------------
+
+SAVED_QUEUES = {
+    "all": "Unknown and compensating",
+    "unknown_15m": "Unknown > 15 min",
+    "lease_expired": "Lease expired",
+    "approved_unclaimed": "Approved but never claimed",
+    "probes_failing": "Probes failing",
+}
+STALE_AFTER = timedelta(minutes=15)
+
+
+def _queue(base: QuerySet[Operation], name: str, now: datetime) -> QuerySet[Operation]:
+    unresolved = [Status.OUTCOME_UNKNOWN, Status.COMPENSATING]
+    if name == "unknown_15m":
+        return base.filter(status=Status.OUTCOME_UNKNOWN, status_changed_at__lte=now - STALE_AFTER)
+    if name == "lease_expired":
+        return base.filter(
+            Q(status__in=unresolved, error_code="lease_expired")
+            | Q(status=Status.EXECUTING, lease_until__lte=now)
+        )
+    if name == "approved_unclaimed":
+        return base.filter(
+            status=Status.READY,
+            status_changed_at__lte=now - STALE_AFTER,
+            approval_requests__status=ApprovalRequest.RequestStatus.APPROVED,
+        ).distinct()
+    if name == "probes_failing":
+        return base.filter(status=Status.OUTCOME_UNKNOWN, probes__gte=1)
+    return base.filter(status__in=unresolved)
+
+
+def reconciliation_queue(
+    *,
+    user: Any,
+    queue: str = "all",
+    tool: str | None = None,
+    effect_class: str | None = None,
+    run: str | None = None,
+    min_age_s: int | None = None,
+    include_snoozed: bool = False,
+    now: datetime | None = None,
+) -> QuerySet[Operation]:
+    """Operations that need a person's answer, oldest first."""
+    now = now or timezone.now()
+    base = Operation.objects.filter(tool__in=tools_for_user(user, [RECONCILE]))
+    if tool:
+        base = base.filter(tool_id=tool)
+    if effect_class:
+        base = base.filter(effect_class=effect_class)
+    if run:
+        base = base.filter(run_id=run)
+    if min_age_s:
+        base = base.filter(status_changed_at__lte=now - timedelta(seconds=min_age_s))
+    if not include_snoozed:
+        base = base.exclude(snoozed_until__gt=now)
+    return (
+        _queue(base, queue if queue in SAVED_QUEUES else "all", now)
+        .select_related("run", "tool_version")
+        .order_by("status_changed_at", "id")
+    )
+
+
+def reconciliation_counts(*, user: Any, now: datetime | None = None) -> dict[str, int]:
+    now = now or timezone.now()
+    base = Operation.objects.filter(tool__in=tools_for_user(user, [RECONCILE])).exclude(
+        snoozed_until__gt=now
+    )
+    return {name: _queue(base, name, now).count() for name in SAVED_QUEUES}
+
+
+def operation_trace(op: Operation) -> dict[str, Any]:
+    """Everything the operation page shows about one operation, in few queries."""
+    events = list(Event.objects.filter(stream=op.id).select_related("actor_user").order_by("seq"))
+    return {
+        "events": events,
+        "attempts": list(op.attempt_set.order_by("number")),
+        "approvals": list(
+            op.approval_requests.select_related("grant")
+            .prefetch_related("decisions__user")
+            .order_by("created_at")
+        ),
+        "resolutions": list(op.resolutions.select_related("declared_by", "decided_by")),
+        "probes": [e for e in events if e.kind in {"probe", "reconciled", "late_success"}],
+        "notes": [
+            e
+            for e in events
+            if e.kind in {"note", "snoozed", "resolution_proposed", "resolution_disputed"}
+        ],
+    }
