@@ -1,0 +1,105 @@
+"""The main flows of issues 3 and 4 in a real browser against a live server.
+
+An approver finds a pending operation in the inbox and approves it, after which the
+runner's claim succeeds; a rejection's reason reaches the runner; a support person
+resolves an unknown outcome with evidence and the runner sees the result.
+"""
+
+import re
+
+import pytest
+from django.contrib.auth import get_user_model
+from guardian.shortcuts import assign_perm
+from playwright.sync_api import expect
+
+from operations.models import Tool
+from tests.conftest import contract, make_runner
+
+from .conftest import axe, axe_summary, login
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+PASSWORD = "correct horse battery staple"
+
+
+def _person(name: str, perm: str, tool: str):
+    user = get_user_model().objects.create_user(name, password=PASSWORD)
+    assign_perm(perm, user, Tool.objects.get(pk=tool))
+    return user
+
+
+def _pending(api):
+    rules = {"mode": "rules", "rules": [{"path": "/amount_cents", "op": "gt", "value": 50000}]}
+    api.tool("send_refund", contract("irreversible", approval=rules))
+    return api.register(api.run(), "send_refund", {"payment_id": "pay_77", "amount_cents": 75000})
+
+
+def test_approver_approves_from_the_inbox_and_the_runner_claims(page):
+    api = make_runner()
+    op = _pending(api)
+    approver = _person("ann", "operations.decide_tool", "send_refund")
+    login(page, approver, PASSWORD)
+
+    row = page.locator("#inbox-rows tr", has_text=op["id"])
+    expect(row).to_be_visible()
+    violations = axe(page)
+    assert not violations, axe_summary(violations)
+    # Keyboard: j selects the first row, Enter opens it.
+    page.keyboard.press("j")
+    page.keyboard.press("Enter")
+    page.wait_for_url(re.compile(r"/approvals/apr_"))
+    expect(page.get_by_role("heading", level=1)).to_contain_text("send_refund")
+    expect(page.get_by_text(op["intent_hash"], exact=True)).to_be_visible()
+    expect(page.get_by_text("Rule matched: /amount_cents gt 50000.")).to_be_visible()
+    violations = axe(page)
+    assert not violations, axe_summary(violations)
+
+    page.get_by_label("Comment").fill("Matches the support ticket")
+    page.get_by_role("button", name="Approve").click()
+    page.wait_for_url("**/")
+    expect(page.get_by_role("status").first).to_contain_text("Approved send_refund")
+    expect(page.locator("#inbox-rows")).not_to_contain_text(op["id"])
+
+    attempt = api.claim(op["id"])
+    assert attempt["attempt"] == 1
+
+
+def test_a_rejection_reason_reaches_the_runner(page):
+    api = make_runner()
+    op = _pending(api)
+    login(page, _person("ben", "operations.decide_tool", "send_refund"), PASSWORD)
+    page.goto(f"/approvals/{op['approval']['id']}/")
+    page.get_by_label("Comment").fill("Duplicate of ticket 4411")
+    page.get_by_role("button", name="Reject").click()
+    page.wait_for_url("**/")
+    body = api.operation(op["id"])
+    assert body["status"] == "rejected"
+    assert body["error_code"] == "approval_rejected"
+    assert body["error_detail"] == "Duplicate of ticket 4411"
+
+
+def test_support_resolves_an_unknown_outcome_with_evidence(page):
+    api = make_runner()
+    api.tool("send_refund", contract("irreversible", approval={"mode": "never"}))
+    op = api.register(api.run(), "send_refund")
+    api.claim(op["id"])
+    api.outcome(op["id"], 1, {"kind": "unknown", "code": "timeout_unknown"})
+    login(page, _person("sam", "operations.reconcile_tool", "send_refund"), PASSWORD)
+
+    page.get_by_role("link", name="Reconciliation").click()
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Reconciliation")
+    violations = axe(page)
+    assert not violations, axe_summary(violations)
+    page.get_by_role("link", name=op["id"]).click()
+    expect(page.get_by_text(op["idempotency_key"]).first).to_be_visible()
+    violations = axe(page)
+    assert not violations, axe_summary(violations)
+
+    page.get_by_label("It happened (committed)").check()
+    page.get_by_label("Downstream reference").fill("re_981")
+    page.get_by_label("Evidence note").fill("Refund re_981 found in the provider dashboard")
+    page.get_by_role("button", name="Record answer").click()
+    expect(page.get_by_role("status").first).to_contain_text("The operation is succeeded")
+
+    body = api.operation(op["id"])
+    assert (body["status"], body["downstream_id"]) == ("succeeded", "re_981")
