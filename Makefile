@@ -20,7 +20,7 @@ run: $(STAMP)
 	DEBUG=1 $(PY) manage.py migrate --noinput
 	DEBUG=1 $(PY) manage.py bootstrap_local
 	@echo "Console: http://127.0.0.1:8000/   API docs: http://127.0.0.1:8000/api/docs/"
-	DEBUG=1 $(PY) manage.py runserver --noreload 127.0.0.1:8000
+	DEBUG=1 $(PY) manage.py runlocal 127.0.0.1:8000
 
 # Lint, format check, then the whole suite (PostgreSQL when DATABASE_URL points at it).
 test: $(STAMP)

@@ -322,3 +322,18 @@ def resolution_confirm(request: HttpRequest, operation_id: str, resolution_id: s
     else:
         messages.success(request, f"Recorded. The operation is {op.status}.")
     return _back(op.id)
+
+
+@require_POST
+@login_required
+def webhook_redeliver(request: HttpRequest, message_id: str) -> HttpResponse:
+    message = _found(
+        selectors.outbox_message_get_for_user, user=request.user, message_id=message_id
+    )
+    try:
+        services.webhook_redeliver(message=message, user=request.user)
+    except Refusal as refusal:
+        messages.error(request, refusal.detail)
+    else:
+        messages.success(request, f"Webhook {message.id} will be delivered again shortly.")
+    return _back(message.operation_id)

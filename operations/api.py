@@ -3,6 +3,7 @@
 import re
 from typing import Any
 
+from django.conf import settings
 from django.urls import path
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.pagination import CursorPagination
@@ -11,7 +12,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from . import selectors, services
-from .errors import NotFound, OperationKeyRequired
+from .egress import HostPolicy
+from .errors import NotFound, OperationKeyRequired, UrlNotAllowed
 from .models import RunnerToken
 from .serializers import (
     ApprovalDetailOut,
@@ -29,6 +31,9 @@ from .serializers import (
     RunOut,
     ToolOut,
     ToolResultOut,
+    WebhookEndpointCreatedOut,
+    WebhookEndpointIn,
+    WebhookEndpointOut,
     tool_result,
 )
 
@@ -297,6 +302,72 @@ class CompensationView(APIView):
         return Response(_operation_body(op))
 
 
+class WebhookEndpointListView(APIView):
+    @extend_schema(
+        request=WebhookEndpointIn,
+        responses={201: WebhookEndpointCreatedOut, **_problems(400, 422)},
+        tags=["webhooks"],
+        description="Register an endpoint. Its secret (whsec_...) is in this answer only.",
+    )
+    def post(self, request: Request) -> Response:
+        data = _valid(WebhookEndpointIn, request)
+        allowed, why = HostPolicy.parse(
+            settings.WEBHOOK_ALLOWED_HOSTS, allow_public=True
+        ).url_allowed(data["url"])
+        if not allowed:
+            raise UrlNotAllowed(
+                f"{why}. Targets must be public addresses or listed in WEBHOOK_ALLOWED_HOSTS."
+            )
+        endpoint, secret = services.webhook_endpoint_create(
+            runner=request.user, url=data["url"], events=data["events"]
+        )
+        body = {**WebhookEndpointOut(endpoint).data, "secret": secret}
+        return Response(body, status=201)
+
+    @extend_schema(responses={200: WebhookEndpointOut(many=True), **_problems()}, tags=["webhooks"])
+    def get(self, request: Request) -> Response:
+        endpoints = selectors.webhook_endpoints_for_runner(runner=request.user)
+        return Response(WebhookEndpointOut(endpoints, many=True).data)
+
+
+class WebhookEndpointDetailView(APIView):
+    @extend_schema(responses={200: WebhookEndpointOut, **_problems(404)}, tags=["webhooks"])
+    def get(self, request: Request, endpoint_id: str) -> Response:
+        endpoint = selectors.webhook_endpoint_get_for_runner(
+            runner=request.user, endpoint_id=endpoint_id
+        )
+        return Response(WebhookEndpointOut(endpoint).data)
+
+    @extend_schema(responses={204: None, **_problems(404)}, tags=["webhooks"])
+    def delete(self, request: Request, endpoint_id: str) -> Response:
+        endpoint = selectors.webhook_endpoint_get_for_runner(
+            runner=request.user, endpoint_id=endpoint_id
+        )
+        services.webhook_endpoint_delete(
+            endpoint=endpoint, actor=services.Actor.of_runner(request.user)
+        )
+        return Response(status=204)
+
+
+class WebhookSecretRotateView(APIView):
+    @extend_schema(
+        request=None,
+        responses={200: WebhookEndpointCreatedOut, **_problems(404)},
+        tags=["webhooks"],
+        description="A new secret, shown once. For 24 hours deliveries carry a signature with "
+        "the old secret and one with the new, so receivers can switch without losing events.",
+    )
+    def post(self, request: Request, endpoint_id: str) -> Response:
+        endpoint = selectors.webhook_endpoint_get_for_runner(
+            runner=request.user, endpoint_id=endpoint_id
+        )
+        secret = services.webhook_endpoint_rotate(
+            endpoint=endpoint, actor=services.Actor.of_runner(request.user)
+        )
+        endpoint.refresh_from_db()
+        return Response({**WebhookEndpointOut(endpoint).data, "secret": secret})
+
+
 class ApprovalDetailView(APIView):
     @extend_schema(responses={200: ApprovalDetailOut, **_problems(404)}, tags=["approvals"])
     def get(self, request: Request, approval_id: str) -> Response:
@@ -320,4 +391,7 @@ urlpatterns = [
     path("operations/<str:operation_id>/reconciliations", ReconciliationView.as_view()),
     path("operations/<str:operation_id>/compensations", CompensationView.as_view()),
     path("approvals/<str:approval_id>", ApprovalDetailView.as_view()),
+    path("webhook-endpoints", WebhookEndpointListView.as_view()),
+    path("webhook-endpoints/<str:endpoint_id>", WebhookEndpointDetailView.as_view()),
+    path("webhook-endpoints/<str:endpoint_id>/rotate-secret", WebhookSecretRotateView.as_view()),
 ]

@@ -148,3 +148,7 @@ class InvalidTransition(DomainError):
     """A programming error or a lost race: the state machine refuses the move."""
 
     code, status, title = "invalid_transition", 409, "The operation cannot make that transition"
+
+
+class UrlNotAllowed(DomainError):
+    code, status, title = "url_not_allowed", 422, "The URL's host is not an allowed target"

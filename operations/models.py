@@ -333,6 +333,86 @@ class Resolution(models.Model):
         return self.id
 
 
+class WebhookEndpoint(models.Model):
+    """Where a runner wants to hear about its operations (Standard Webhooks)."""
+
+    id = _id_field("whe")
+    runner = models.ForeignKey(Runner, on_delete=models.CASCADE, related_name="webhook_endpoints")
+    url = models.URLField(max_length=2000)
+    events = models.JSONField(default=list, help_text='Patterns such as "operation.*".')
+    secret_encrypted = models.TextField(help_text="whsec_... encrypted with the field key.")
+    previous_secret_encrypted = models.TextField(blank=True, default="")
+    previous_secret_until = models.DateTimeField(
+        null=True, blank=True, help_text="Until then, deliveries carry both signatures."
+    )
+    is_active = models.BooleanField(default=True)
+    disabled_reason = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.url} ({self.runner})"
+
+
+class OutboxMessage(models.Model):
+    """One event for one endpoint, written in the transaction of the change it reports.
+
+    Its id is the ``webhook-id`` receivers deduplicate by; every delivery attempt of it
+    is a ``DeliveryAttempt``. Due work lives here (``next_attempt_at``); dispatchers
+    claim rows by compare-and-set.
+    """
+
+    class MessageStatus(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"
+        DISABLED = "disabled"
+
+    id = _id_field("msg")
+    endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.CASCADE, related_name="messages")
+    operation = models.ForeignKey(
+        Operation, null=True, on_delete=models.CASCADE, related_name="outbox_messages"
+    )
+    event_type = models.CharField(max_length=64)
+    payload = models.JSONField()
+    status = models.CharField(
+        max_length=16, choices=MessageStatus.choices, default=MessageStatus.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            models.Index(
+                fields=["next_attempt_at"],
+                name="outbox_pending_due",
+                condition=Q(status="pending"),
+            ),
+            models.Index(fields=["created_at"], name="outbox_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} {self.event_type}"
+
+
+class DeliveryAttempt(models.Model):
+    message = models.ForeignKey(
+        OutboxMessage, on_delete=models.CASCADE, related_name="delivery_attempts"
+    )
+    number = models.PositiveIntegerField()
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    status_code = models.PositiveIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True, default="")
+
+    class Meta:
+        ordering = ["message", "number"]
+
+    def __str__(self) -> str:
+        return f"{self.message_id} #{self.number}"
+
+
 class Event(models.Model):
     """One append-only audit record; a transition's event is written with it.
 

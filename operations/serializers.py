@@ -4,6 +4,7 @@ Serializers parse and represent; they never write models. Request serializers re
 unknown fields: a misspelt ``aproval`` must not silently mean "no approval asked".
 """
 
+import fnmatch
 from typing import Any
 
 from django.utils import timezone
@@ -14,7 +15,7 @@ from rest_framework import serializers
 from approvals.models import ApprovalRequest, Decision
 from approvals.selectors import request_latest
 
-from .machine import allowed_next_actions
+from .machine import Status, allowed_next_actions
 from .models import Event, Operation, Run, ToolVersion
 
 
@@ -102,6 +103,41 @@ class ReconciliationIn(StrictSerializer):
 class CompensationIn(StrictSerializer):
     result = serializers.ChoiceField(choices=["committed", "failed"])
     evidence = JSONObject(required=False)
+
+
+EVENT_TYPES = [
+    *(f"operation.{status.value}" for status in Status),
+    "approval.decided",
+]
+
+
+class WebhookEndpointIn(StrictSerializer):
+    url = serializers.URLField(max_length=2000)
+    events = serializers.ListField(
+        child=serializers.CharField(max_length=64), min_length=1, max_length=50
+    )
+
+    def validate_events(self, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            if not any(fnmatch.fnmatchcase(event, pattern) for event in EVENT_TYPES):
+                raise serializers.ValidationError(
+                    f"{pattern!r} matches no event; events are {', '.join(EVENT_TYPES)}."
+                )
+        return patterns
+
+
+class WebhookEndpointOut(serializers.Serializer):
+    id = serializers.CharField()
+    url = serializers.CharField()
+    events = serializers.ListField(child=serializers.CharField())
+    is_active = serializers.BooleanField()
+    disabled_reason = serializers.CharField()
+    previous_secret_until = serializers.DateTimeField(allow_null=True)
+    created_at = serializers.DateTimeField()
+
+
+class WebhookEndpointCreatedOut(WebhookEndpointOut):
+    secret = serializers.CharField(help_text="whsec_...: shown once, store it now.")
 
 
 # --- responses --------------------------------------------------------------------------

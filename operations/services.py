@@ -12,12 +12,14 @@ Rules (style.md):
 - No HTTP call happens inside a transaction.
 """
 
+import fnmatch
 import hashlib
 import logging
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -37,18 +39,22 @@ from . import errors, machine
 from .arguments import freeze_arguments, validate_arguments
 from .canonical import canonical_json, intent_hash, sha256_hex
 from .contracts import normalize_contract, weakenings
+from .crypto import encrypt
 from .machine import Status, Verdict
 from .models import (
     Attempt,
     Event,
     Operation,
+    OutboxMessage,
     Resolution,
     Run,
     Runner,
     RunnerToken,
     Tool,
     ToolVersion,
+    WebhookEndpoint,
 )
+from .webhooks import new_secret as webhooks_new_secret
 
 logger = logging.getLogger(__name__)
 
@@ -176,7 +182,7 @@ def _transition(
     if to != Status.EXECUTING:
         op.lease_until = None
     op.save()
-    return event_append(
+    event = event_append(
         stream=op.id,
         kind=kind,
         actor=actor,
@@ -186,6 +192,8 @@ def _transition(
         data=data,
         now=now,
     )
+    outbox_enqueue(op=op, event_type=f"operation.{to}", now=now)
+    return event
 
 
 def _record(
@@ -210,6 +218,138 @@ def _lock(operation_id: str) -> Operation:
         .select_related("tool_version", "tool", "run", "runner")
         .get(pk=operation_id)
     )
+
+
+# ---------------------------------------------------------------------------------------
+# The outbox: webhooks written in the transaction of the change they report
+
+
+def _subscribed(runner_id: str, event_type: str) -> list[WebhookEndpoint]:
+    endpoints = WebhookEndpoint.objects.filter(runner_id=runner_id, is_active=True)
+    return [
+        endpoint
+        for endpoint in endpoints
+        if any(fnmatch.fnmatchcase(event_type, pattern) for pattern in endpoint.events)
+    ]
+
+
+def outbox_enqueue(
+    *, op: Operation, event_type: str, now: datetime, extra: dict[str, Any] | None = None
+) -> int:
+    """Write one outbox message per subscribed endpoint; the caller's transaction commits
+    them with the change, so a change is never reported without happening or lost."""
+    endpoints = _subscribed(op.runner_id, event_type)
+    if not endpoints:
+        return 0
+    from .selectors import operation_refresh
+    from .serializers import OperationOut
+
+    payload = {
+        "type": event_type,
+        "timestamp": _iso(now),
+        "data": {"operation": dict(OperationOut(operation_refresh(op)).data), **(extra or {})},
+    }
+    OutboxMessage.objects.bulk_create(
+        OutboxMessage(
+            endpoint=endpoint,
+            operation=op,
+            event_type=event_type,
+            payload=_json_safe(payload),
+            created_at=now,
+            next_attempt_at=now,
+        )
+        for endpoint in endpoints
+    )
+    return len(endpoints)
+
+
+def _approval_decided(op: Operation, request: ApprovalRequest, *, now: datetime) -> None:
+    from .serializers import ApprovalOut
+
+    request.refresh_from_db()
+    outbox_enqueue(
+        op=op,
+        event_type="approval.decided",
+        now=now,
+        extra={"approval": dict(ApprovalOut(request).data)},
+    )
+
+
+def webhook_endpoint_create(
+    *, runner: Runner, url: str, events: list[str]
+) -> tuple[WebhookEndpoint, str]:
+    """Register an endpoint; its signing secret is returned only here."""
+    secret = webhooks_new_secret()
+    with transaction.atomic():
+        Runner.objects.select_for_update().get(pk=runner.pk)
+        endpoint = WebhookEndpoint.objects.create(
+            runner=runner, url=url, events=sorted(set(events)), secret_encrypted=encrypt(secret)
+        )
+        event_append(
+            stream=f"runner:{runner.id}",
+            kind="webhook_endpoint_created",
+            actor=Actor.of_runner(runner),
+            data={"endpoint": endpoint.id, "url": url, "events": endpoint.events},
+        )
+    return endpoint, secret
+
+
+def webhook_endpoint_rotate(
+    *, endpoint: WebhookEndpoint, actor: Actor, overlap: timedelta = timedelta(hours=24)
+) -> str:
+    """A new secret; the old one keeps signing (as a second signature) during ``overlap``."""
+    secret = webhooks_new_secret()
+    with transaction.atomic():
+        endpoint = WebhookEndpoint.objects.select_for_update().get(pk=endpoint.pk)
+        endpoint.previous_secret_encrypted = endpoint.secret_encrypted
+        endpoint.previous_secret_until = timezone.now() + overlap
+        endpoint.secret_encrypted = encrypt(secret)
+        endpoint.save()
+        event_append(
+            stream=f"runner:{endpoint.runner_id}",
+            kind="webhook_secret_rotated",
+            actor=actor,
+            data={"endpoint": endpoint.id, "overlap_until": endpoint.previous_secret_until},
+        )
+    return secret
+
+
+def webhook_endpoint_delete(*, endpoint: WebhookEndpoint, actor: Actor) -> None:
+    with transaction.atomic():
+        Runner.objects.select_for_update().get(pk=endpoint.runner_id)
+        event_append(
+            stream=f"runner:{endpoint.runner_id}",
+            kind="webhook_endpoint_deleted",
+            actor=actor,
+            data={"endpoint": endpoint.id, "url": endpoint.url},
+        )
+        endpoint.delete()
+
+
+def webhook_redeliver(*, message: OutboxMessage, user: Any) -> OutboxMessage:
+    """A person asks for one more delivery of a message, whatever its state."""
+    with transaction.atomic():
+        op = _lock(message.operation_id) if message.operation_id else None
+        if (
+            op is not None
+            and not user.has_perm(RECONCILE_PERMISSION, op.tool)
+            and not (user.has_perm("operations.decide_tool", op.tool))
+        ):
+            raise PermissionRefused("You may not redeliver webhooks of this operation.")
+        message = OutboxMessage.objects.select_for_update().get(pk=message.pk)
+        now = timezone.now()
+        message.status = OutboxMessage.MessageStatus.PENDING
+        message.next_attempt_at = now
+        message.save(update_fields=["status", "next_attempt_at"])
+        if op is not None:
+            _record(
+                op,
+                kind="webhook_redelivery",
+                actor=Actor.of_user(user),
+                now=now,
+                data={"message": message.id, "event_type": message.event_type},
+            )
+    return message
 
 
 # ---------------------------------------------------------------------------------------
@@ -637,7 +777,7 @@ def _open_request(
     approval = op.tool_version.contract["approval"]
     barred = {op.principal_user_id, op.runner.owner_id, *context.pop("barred_user_ids", [])}
     context["barred_user_ids"] = sorted(pk for pk in barred if pk is not None)
-    return approval_services.request_open(
+    request = approval_services.request_open(
         operation=op,
         intent_hash=op.intent_hash,
         approvals_required=approval["approvals_required"],
@@ -647,6 +787,14 @@ def _open_request(
         context=context,
         now=now,
     )
+    transaction.on_commit(partial(_enqueue_notification, request.id))
+    return request
+
+
+def _enqueue_notification(request_id: str) -> None:
+    from .tasks import notify_approvers
+
+    notify_approvers.delay(request_id)
 
 
 def _withdraw_pending_request(op: Operation, *, now: datetime) -> None:
@@ -790,6 +938,7 @@ def operation_register(
                 now=now,
                 data={"approval": request.id, "reason": request.reason},
             )
+        outbox_enqueue(op=op, event_type=f"operation.{op.status}", now=now)
         registration = Registration(operation=op, created=True)
         if claim_lease_s is not None and op.status == Status.READY:
             result = _claim_locked(op, runner=runner, lease_s=claim_lease_s, now=now)
@@ -1682,6 +1831,7 @@ def _expire_request_locked(op: Operation, request: ApprovalRequest, *, now: date
             error_code="approval_expired",
             error_detail="Nobody decided on the approval request before it expired.",
         )
+    _approval_decided(op, request, now=now)
     return True
 
 
@@ -1745,6 +1895,8 @@ def approval_decide(*, request_id: str, user: Any, approve: bool, comment: str) 
                     error_code="approval_rejected",
                     error_detail=decided.decision.comment,
                 )
+            if decided.outcome != "pending":
+                _approval_decided(op, request, now=now)
             result = op
     if isinstance(result, Exception):
         raise result
@@ -1770,6 +1922,7 @@ def approval_revoke(*, request_id: str, user: Any, reason: str) -> Operation:
             now=now,
             data={"approval": request.id, "grant": grant.id, "reason": grant.revoke_reason},
         )
+        _approval_decided(op, request, now=now)
     return op
 
 

@@ -1,0 +1,56 @@
+"""Email to the people who may decide on a new approval request."""
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.core.mail import send_mail
+from django.db.models import Q
+from guardian.shortcuts import get_users_with_perms
+
+from approvals.models import ApprovalRequest
+from approvals.services import barred_user_ids
+
+
+def approvers_for(request: ApprovalRequest) -> list:
+    tool = request.operation.tool
+    direct = get_users_with_perms(
+        tool, only_with_perms_in=["decide_tool"], with_group_users=True, with_superusers=False
+    )
+    permission = Permission.objects.get(
+        codename="decide_tool", content_type__app_label="operations"
+    )
+    global_holders = get_user_model().objects.filter(
+        Q(user_permissions=permission) | Q(groups__permissions=permission)
+    )
+    barred = barred_user_ids(request)
+    people = {user.pk: user for user in [*direct, *global_holders]}
+    return [
+        user for user in people.values() if user.is_active and user.email and user.pk not in barred
+    ]
+
+
+def approvers_notify(*, request_id: str) -> int:
+    request = (
+        ApprovalRequest.objects.select_related("operation", "operation__tool")
+        .filter(pk=request_id, status=ApprovalRequest.RequestStatus.PENDING)
+        .first()
+    )
+    if request is None:
+        return 0  # decided or withdrawn before the mail went out
+    op = request.operation
+    link = f"{settings.CONSOLE_BASE_URL.rstrip('/')}/approvals/{request.id}/"
+    recipients = [user.email for user in approvers_for(request)]
+    if not recipients:
+        return 0
+    body = (
+        f"{op.tool_id} ({op.effect_class}) for {op.principal} needs your decision.\n\n"
+        f"Why: {request.reason}\n"
+        f"Expires: {request.expires_at:%Y-%m-%d %H:%M} UTC\n\n"
+        f"Review it here: {link}\n"
+    )
+    return send_mail(
+        subject=f"[Effectgate] Approval needed: {op.tool_id} {op.id}",
+        message=body,
+        from_email=None,
+        recipient_list=recipients,
+    )

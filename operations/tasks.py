@@ -1,0 +1,49 @@
+"""Celery tasks: thin wrappers that call one service each. All are idempotent.
+
+Periodic ones are woken by beat (``CELERY_BEAT_SCHEDULE`` in settings); each claims due
+rows in the database, so running one twice or on two workers at once does no harm.
+"""
+
+from datetime import timedelta
+
+from celery import shared_task
+from django.conf import settings
+
+from . import notifications, probes, services, webhooks
+
+IDEMPOTENT = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}
+
+
+@shared_task(**IDEMPOTENT)
+def expire_leases() -> int:
+    return services.lease_expire_due()
+
+
+@shared_task(**IDEMPOTENT)
+def expire_approvals() -> int:
+    return services.approval_expire_due()
+
+
+@shared_task(**IDEMPOTENT)
+def enforce_deadlines() -> int:
+    return services.operation_deadline_due() + services.run_expire_due()
+
+
+@shared_task(**IDEMPOTENT)
+def run_probes() -> int:
+    return probes.probe_due().probed
+
+
+@shared_task(**IDEMPOTENT)
+def deliver_webhooks() -> int:
+    return webhooks.deliver_due().sent
+
+
+@shared_task(**IDEMPOTENT)
+def prune_deliveries() -> int:
+    return webhooks.prune(older_than=timedelta(days=settings.WEBHOOK_RETENTION_DAYS))
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def notify_approvers(request_id: str) -> int:
+    return notifications.approvers_notify(request_id=request_id)

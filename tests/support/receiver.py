@@ -1,0 +1,54 @@
+"""A webhook receiver on loopback that records every request and answers as told."""
+
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Received:
+    headers: dict[str, str]
+    body: bytes
+
+
+@dataclass
+class Receiver:
+    status: int = 204
+    headers: dict[str, str] = field(default_factory=dict)
+    delay: float = 0.0
+    requests: list[Received] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802 (the stdlib's name)
+                length = int(self.headers.get("Content-Length", "0"))
+                body = self.rfile.read(length)
+                receiver.requests.append(
+                    Received({k.lower(): v for k, v in self.headers.items()}, body)
+                )
+                if receiver.delay:
+                    time.sleep(receiver.delay)
+                self.send_response(receiver.status)
+                for name, value in receiver.headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/hooks"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
