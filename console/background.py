@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from .celery import app
 
@@ -38,9 +38,12 @@ class LocalScheduler(threading.Thread):
 
     def run(self) -> None:
         next_runs: dict[str, float] = {}
-        while not self.stopping.is_set():
-            self.run_due(next_runs)
-            self.stopping.wait(self.tick)
+        try:
+            while not self.stopping.is_set():
+                self.run_due(next_runs)
+                self.stopping.wait(self.tick)
+        finally:
+            connections.close_all()  # this thread's own connections
 
     def stop(self) -> None:
         self.stopping.set()
