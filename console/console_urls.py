@@ -1,6 +1,8 @@
 from django.urls import path
 
 from . import views
+from .pages import audit, dashboard, runs, tools
+from .pages import operations as operations_pages
 
 app_name = "console"
 
@@ -25,4 +27,24 @@ urlpatterns = [
         views.resolution_confirm,
         name="resolution-confirm",
     ),
+]
+
+
+# The rest of the console (issue 7): each page family lives in console/pages/.
+urlpatterns += [
+    path("search/", operations_pages.search, name="search"),
+    path("operations/", operations_pages.operations_list, name="operations"),
+    path("runs/", runs.runs_list, name="runs"),
+    path("runs/<str:run_id>/", runs.run_detail, name="run"),
+    path("runs/<str:run_id>/cancel", runs.run_cancel, name="run-cancel"),
+    path("tools/", tools.tools_list, name="tools"),
+    path("tools/<str:name>/", tools.tool_detail, name="tool"),
+    path(
+        "tools/<str:name>/versions/<int:number>/activate",
+        tools.tool_activate,
+        name="tool-activate",
+    ),
+    path("audit/", audit.audit, name="audit"),
+    path("audit/export.<str:fmt>", audit.audit_export, name="audit-export"),
+    path("dashboard/", dashboard.dashboard, name="dashboard"),
 ]

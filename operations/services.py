@@ -1969,3 +1969,24 @@ def sweep(*, now: datetime | None = None) -> SweepReport:
         operations_past_deadline=operation_deadline_due(now=now),
         runs_expired=run_expire_due(now=now),
     )
+
+
+# ---------------------------------------------------------------------------------------
+# Console sign-ins and sign-outs (console/signals.py): audited like every other action.
+
+SESSION_EVENT_KINDS = frozenset({"signed_in", "signed_out"})
+
+
+def user_session_record(*, user: Any, kind: str, ip: str = "") -> Event:
+    """Append ``signed_in`` or ``signed_out`` to the person's stream ``user:<pk>``."""
+    if kind not in SESSION_EVENT_KINDS:
+        raise ValueError(f"Not a session event: {kind!r}.")
+    with transaction.atomic():
+        # The person's row is the stream's lock: two sign-ins at once append in turn.
+        get_user_model().objects.select_for_update().filter(pk=user.pk).exists()
+        return event_append(
+            stream=f"user:{user.pk}",
+            kind=kind,
+            actor=Actor.of_user(user),
+            data={"ip": ip or None},
+        )

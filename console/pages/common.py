@@ -1,0 +1,40 @@
+"""Helpers shared by the console's page modules."""
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from django.http import Http404, HttpRequest
+
+from operations.errors import NotFound
+
+
+def found(getter: Callable[..., Any], **kwargs: Any) -> Any:
+    """Call an access function; a ``NotFound`` becomes a 404."""
+    try:
+        return getter(**kwargs)
+    except NotFound as exc:
+        raise Http404(str(exc)) from exc
+
+
+def partial(request: HttpRequest, template: str, name: str) -> str:
+    """The whole page, or only the named partial when htmx asks for it."""
+    return f"{template}#{name}" if request.htmx and request.GET.get("partial") else template
+
+
+def text_param(request: HttpRequest, name: str, max_length: int = 200) -> str | None:
+    value = (request.GET.get(name) or "").strip()
+    return value[:max_length] or None
+
+
+def datetime_param(request: HttpRequest, name: str) -> datetime | None:
+    """A ``datetime-local`` value (``2025-01-02T03:04``), read as UTC."""
+    raw = (request.GET.get(name) or "").strip()
+    if not raw:
+        return None
+    for fmt in ("%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"):
+        try:
+            return datetime.strptime(raw, fmt).replace(tzinfo=UTC)
+        except ValueError:
+            continue
+    return None

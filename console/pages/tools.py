@@ -1,0 +1,113 @@
+"""Tools: contracts, versions and the differences between them, who may do what,
+and activating a version that weakens the contract."""
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.db.models import Count, Q
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from approvals.errors import Refusal
+from operations import selectors, services
+from operations.models import ToolVersion
+
+from ..presenters import changes
+from .common import found
+
+
+@require_GET
+@login_required
+def tools_list(request: HttpRequest) -> HttpResponse:
+    user = request.user
+    tools = list(
+        selectors.tools_visible_to_user(user)
+        .select_related("active_version")
+        .annotate(
+            version_count=Count("versions", distinct=True),
+            never_activated=Count(
+                "versions", filter=Q(versions__activated_at__isnull=True), distinct=True
+            ),
+        )
+        .order_by("name")
+    )
+    rows = [
+        {
+            "tool": tool,
+            "perms": [
+                label
+                for perm, label in (
+                    (selectors.DECIDE, "decide"),
+                    (selectors.RECONCILE, "reconcile"),
+                    (selectors.ACTIVATE, "activate"),
+                )
+                if user.has_perm(perm, tool)
+            ],
+        }
+        for tool in tools
+    ]
+    return render(request, "console/tools.html", {"rows": rows})
+
+
+def _version(versions: list[ToolVersion], number: Any) -> ToolVersion | None:
+    try:
+        wanted = int(number)
+    except (TypeError, ValueError):
+        return None
+    return next((v for v in versions if v.number == wanted), None)
+
+
+def _comparison(request: HttpRequest, versions: list[ToolVersion], active: ToolVersion | None):
+    """The two versions to compare: ?from=&to=, else the active one and the newest (or
+    the newest and the one before it)."""
+    newer = _version(versions, request.GET.get("to"))
+    older = _version(versions, request.GET.get("from"))
+    if newer is None and versions:
+        newer = versions[0]
+    if older is None and newer is not None:
+        if active is not None and active.number != newer.number:
+            older = active
+        else:
+            older = next((v for v in versions if v.number < newer.number), None)
+    if older is None or newer is None or older.number == newer.number:
+        return None
+    return {"from": older, "to": newer, "changes": changes(older.contract, newer.contract)}
+
+
+@require_GET
+@login_required
+def tool_detail(request: HttpRequest, name: str) -> HttpResponse:
+    tool = found(selectors.tool_get_for_user, user=request.user, name=name)
+    versions = selectors.tool_versions(tool)
+    active = next((v for v in versions if v.pk == tool.active_version_id), None)
+    context = {
+        "tool": tool,
+        "active": active,
+        "contract": active.contract if active else None,
+        "versions": versions,
+        "comparison": _comparison(request, versions, active),
+        "may_activate": request.user.is_active and request.user.has_perm(selectors.ACTIVATE, tool),
+        "access": selectors.tool_access(tool),
+        "runners": selectors.tool_runners(tool),
+        "nav_section": "console:tools",
+    }
+    return render(request, "console/tool.html", context)
+
+
+@require_POST
+@login_required
+def tool_activate(request: HttpRequest, name: str, number: int) -> HttpResponse:
+    tool = found(selectors.tool_get_for_user, user=request.user, name=name)
+    version = tool.versions.filter(number=number).first()
+    if version is None:
+        messages.error(request, f"{tool.name} has no version {number}.")
+        return redirect("console:tool", name=tool.name)
+    try:
+        services.tool_version_activate(version=version, user=request.user)
+    except Refusal as refusal:
+        messages.error(request, refusal.detail)
+    else:
+        messages.success(request, f"{tool.name} v{version.number} is now the active contract.")
+    return redirect("console:tool", name=tool.name)
