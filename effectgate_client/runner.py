@@ -1,0 +1,367 @@
+"""The runner protocol in one call: ``Runner.execute`` (api.md, product.md §3).
+
+``execute`` takes one intended effect from registration to an answer the model can
+read:
+
+1. Register it under the runner's ``operation_key`` and claim the first attempt in the
+   same round trip. A replay (the runner crashed after registering, or the answer was
+   lost) returns the same operation and claims nothing.
+2. While the operation waits for a person, wait (``Waiter``: polling with backoff, or
+   notifications from webhooks) until the request is decided or the wait budget ends.
+3. Claim, obeying every refusal: wait ``retry_after_ms`` for ``retry_later`` and
+   ``attempt_in_progress``, back off on ``concurrency_conflict``, go back to waiting on
+   ``approval_required`` and ``grant_invalid``, stop on ``operation_closed``,
+   ``reconciliation_required`` and ``budget_exhausted``, run the undo (when one is
+   given) on ``compensation_required``, raise ``ToolForbidden``.
+4. With a claimed attempt, call the tool with the operation's idempotency key, beating
+   the lease's heartbeat from a background thread while the call runs, and post what
+   happened. Effectgate classifies it; a retry (a ``failed`` retryable code, or
+   ``unknown`` for a repeatable tool) goes back to step 3.
+5. Return the tool-result envelope (``GET /operations/{id}/tool-result``).
+
+A ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``,
+``SystemExit``, a crash) leaves the tool call without posting anything: the heartbeat
+stops and the lease expires, which Effectgate treats as an unknown outcome, exactly as
+when the process dies. Nothing here ever calls the tool again after an unknown outcome
+of an irreversible or compensable tool: only Effectgate decides that, after
+reconciliation.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .client import EffectgateClient
+from .errors import (
+    ApprovalRequired,
+    AttemptInProgress,
+    BudgetExhausted,
+    CompensationRequired,
+    ConcurrencyConflict,
+    EffectgateError,
+    GrantInvalid,
+    OperationClosed,
+    OutcomeConflict,
+    OutcomeNotRecorded,
+    ReconciliationRequired,
+    RetryLater,
+    StaleAttempt,
+    TransportError,
+)
+from .outcomes import Succeeded, ToolOutcome
+from .waiters import PollingWaiter, Waiter
+
+logger = logging.getLogger(__name__)
+
+TERMINAL = frozenset(
+    {"succeeded", "rejected", "failed_permanent", "budget_exhausted", "compensated", "cancelled"}
+)
+
+
+@dataclass(frozen=True)
+class AttemptContext:
+    """What a tool function needs to make its call."""
+
+    operation_id: str
+    attempt: int
+    idempotency_key: str
+    arguments: dict[str, Any]
+    lease_until: str
+
+
+@dataclass
+class ToolCallResult:
+    """What ``execute`` ends with.
+
+    ``envelope`` is Effectgate's tool-result for the model; ``operation`` the last
+    operation body read; ``output`` what the tool function returned in this process
+    (``None`` unless an attempt run here succeeded); ``attempts`` the attempt numbers
+    this call claimed; ``refusal`` the code of the refusal that ended the call while
+    the operation can still move on (a wait that ran out), else ``None``.
+    """
+
+    operation: dict[str, Any]
+    envelope: dict[str, Any]
+    output: Any = None
+    attempts: list[int] = field(default_factory=list)
+    refusal: str | None = None
+
+    @property
+    def status(self) -> str:
+        return self.envelope["status"]
+
+    def for_model(self) -> dict[str, Any]:
+        """The envelope, plus the tool's ``result`` once the operation succeeded."""
+        body = dict(self.envelope)
+        if self.envelope["status"] == "succeeded" and self.operation.get("result") is not None:
+            body["result"] = self.operation["result"]
+        return body
+
+
+class _Heartbeat:
+    """Extends an attempt's lease from a daemon thread until stopped."""
+
+    def __init__(
+        self,
+        client: EffectgateClient,
+        operation_id: str,
+        attempt: int,
+        lease_s: int,
+        every_s: float,
+    ) -> None:
+        self.client = client
+        self.operation_id = operation_id
+        self.attempt = attempt
+        self.lease_s = lease_s
+        self.every_s = every_s
+        self.beats = 0
+        self.stale = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"heartbeat-{operation_id}-{attempt}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                # One repeat at most: the next beat is a repeat too.
+                self.client.heartbeat(
+                    self.operation_id, self.attempt, lease_s=self.lease_s, max_retries=1
+                )
+                self.beats += 1
+            except StaleAttempt:
+                # Something acted on the expired lease (a paused process, a long GC):
+                # the outcome will be recorded as a late outcome.
+                self.stale = True
+                logger.warning("attempt %s #%d lost its lease", self.operation_id, self.attempt)
+                return
+            except EffectgateError as exc:
+                logger.warning("heartbeat of %s failed: %s", self.operation_id, exc)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.every_s + 1)
+
+
+ToolFunction = Callable[[AttemptContext], Any]
+
+
+class Runner:
+    """Runs tool calls through Effectgate. Thread-safe; share one per process.
+
+    ``lease_s``: the lease of each attempt; the heartbeat extends it every third of
+    it. ``wait_s``: how long one ``execute`` may wait in total (approvals, backoff,
+    ``retry_after_ms``, conflicts) before returning with ``refusal`` set.
+    ``reconciliation_wait_s``: how long to wait for an unknown outcome to be answered
+    (by a probe or a person) before returning; 0 returns at once.
+    """
+
+    def __init__(
+        self,
+        client: EffectgateClient,
+        *,
+        waiter: Waiter | None = None,
+        lease_s: int = 30,
+        heartbeat_every_s: float | None = None,
+        wait_s: float = 300.0,
+        reconciliation_wait_s: float = 0.0,
+        conflict_backoff_s: tuple[float, float] = (0.2, 5.0),
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.waiter: Waiter = waiter or PollingWaiter(sleep=sleep, clock=clock)
+        self.lease_s = lease_s
+        self.heartbeat_every_s = heartbeat_every_s or max(0.2, lease_s / 3)
+        self.wait_s = wait_s
+        self.reconciliation_wait_s = reconciliation_wait_s
+        self.conflict_backoff_s = conflict_backoff_s
+        self.sleep = sleep
+        self.clock = clock
+
+    def execute(
+        self,
+        *,
+        run: str,
+        tool: str,
+        operation_key: str,
+        arguments: dict[str, Any],
+        call: ToolFunction,
+        call_id: str | None = None,
+        turn: int | None = None,
+        approval: dict[str, Any] | None = None,
+        undo: ToolFunction | None = None,
+    ) -> ToolCallResult:
+        """Take one intended effect as far as it can go now; see the module docstring.
+
+        ``call(ctx)`` makes the call to the outside world with ``ctx.idempotency_key``
+        and returns its result (or ``Succeeded``), or raises ``NotSent``, ``Failed`` or
+        ``Unknown``; any other exception is posted as ``unknown``. ``undo(ctx)`` (for
+        compensable tools) undoes the effect with ``ctx.idempotency_key`` (the
+        operation's key suffixed ``:undo``); raising means the undo failed.
+        """
+        started = self.clock()
+        deadline = started + self.wait_s
+        op = self.client.register(
+            run=run,
+            tool=tool,
+            operation_key=operation_key,
+            arguments=arguments,
+            call_id=call_id,
+            turn=turn,
+            approval=approval,
+            claim_lease_s=self.lease_s,
+        )
+        attempt = op.pop("attempt", None)
+        op.pop("claim_error", None)  # the claim below meets the same refusal, typed
+        result = ToolCallResult(operation=op, envelope={})
+        conflicts = 0
+        while True:
+            if attempt is not None:
+                result.attempts.append(attempt["attempt"])
+                op = self._run_attempt(op, attempt, call, arguments, result)
+                attempt = None
+                continue
+            status = op["status"]
+            if status in TERMINAL:
+                break
+            if status == "outcome_unknown":
+                wait_until = min(deadline, started + self.reconciliation_wait_s)
+                if self.clock() >= wait_until:
+                    break
+                op = self.waiter.wait(self.client, op, status=status, deadline=wait_until)
+                continue
+            if status == "compensating":
+                if undo is None or op.get("error_code") == "compensation_failed":
+                    break
+                op = self._compensate(op, undo, arguments)
+                continue
+            if status == "awaiting_approval":
+                if self.clock() >= deadline:
+                    result.refusal = ApprovalRequired.code
+                    break
+                op = self.waiter.wait(self.client, op, status=status, deadline=deadline)
+                continue
+            # ready, or executing under a lease this call does not hold
+            try:
+                attempt = self.client.claim(op["id"], lease_s=self.lease_s)
+                conflicts = 0
+            except (RetryLater, AttemptInProgress) as refusal:
+                wait = (refusal.retry_after_ms or 1000) / 1000
+                if self.clock() + wait > deadline:
+                    result.refusal = refusal.code
+                    op = self.client.get_operation(op["id"])
+                    break
+                self.sleep(wait)
+            except ConcurrencyConflict as refusal:
+                low, high = self.conflict_backoff_s
+                wait = random.uniform(0, min(high, low * 2**conflicts))  # noqa: S311
+                conflicts += 1
+                if self.clock() + wait > deadline:
+                    result.refusal = refusal.code
+                    op = self.client.get_operation(op["id"])
+                    break
+                self.sleep(wait)
+            except (
+                OperationClosed,
+                ReconciliationRequired,
+                CompensationRequired,
+                ApprovalRequired,
+                GrantInvalid,
+                BudgetExhausted,
+            ):
+                # The refusal says where the operation is (grant_invalid and
+                # budget_exhausted moved it there); the loop acts on the state it reads.
+                op = self.client.get_operation(op["id"])
+        result.operation = op
+        result.envelope = self.client.tool_result(op["id"])
+        return result
+
+    def _run_attempt(
+        self,
+        op: dict[str, Any],
+        attempt: dict[str, Any],
+        call: ToolFunction,
+        arguments: dict[str, Any],
+        result: ToolCallResult,
+    ) -> dict[str, Any]:
+        number = attempt["attempt"]
+        context = AttemptContext(
+            operation_id=op["id"],
+            attempt=number,
+            idempotency_key=attempt["idempotency_key"],
+            arguments=arguments,
+            lease_until=attempt["lease_until"],
+        )
+        heartbeat = _Heartbeat(self.client, op["id"], number, self.lease_s, self.heartbeat_every_s)
+        heartbeat.start()
+        try:
+            try:
+                value = call(context)
+            except ToolOutcome as outcome:
+                body = outcome.body()
+            except Exception as exc:
+                # Whatever went wrong, the request may have left: unknown, never "failed".
+                logger.exception("tool call %s #%d raised", op["id"], number)
+                body = {
+                    "kind": "unknown",
+                    "code": "runner_exception",
+                    "detail": f"{type(exc).__name__}: {exc}"[:4000],
+                }
+            else:
+                success = value if isinstance(value, Succeeded) else Succeeded(result=value)
+                body = success.body()
+                result.output = value
+        finally:
+            heartbeat.stop()
+        return self._post_outcome(op, number, body)
+
+    def _post_outcome(self, op: dict[str, Any], number: int, body: dict[str, Any]) -> dict:
+        try:
+            return self.client.post_outcome(op["id"], number, body)
+        except (StaleAttempt, OutcomeConflict):
+            # Recorded as a late outcome (a late success still applies) or refused
+            # because the attempt already has another outcome; the operation says which.
+            return self.client.get_operation(op["id"])
+        except TransportError as exc:
+            raise OutcomeNotRecorded(
+                f"the outcome of {op['id']} attempt {number} could not be posted: {exc}",
+                operation_id=op["id"],
+                attempt=number,
+                outcome=body,
+            ) from exc
+
+    def _compensate(
+        self, op: dict[str, Any], undo: ToolFunction, arguments: dict[str, Any]
+    ) -> dict[str, Any]:
+        context = AttemptContext(
+            operation_id=op["id"],
+            attempt=op["attempts"],
+            idempotency_key=f"{op['idempotency_key']}:undo",
+            arguments=arguments,
+            lease_until="",
+        )
+        try:
+            evidence = undo(context)
+        except Exception as exc:
+            logger.exception("undo of %s failed", op["id"])
+            return self.client.compensate(
+                op["id"],
+                result="failed",
+                evidence={"error": f"{type(exc).__name__}: {exc}"[:2000]},
+            )
+        return self.client.compensate(
+            op["id"],
+            result="committed",
+            evidence=evidence if isinstance(evidence, dict) else {"result": evidence},
+        )

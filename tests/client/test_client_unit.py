@@ -1,0 +1,303 @@
+"""The client without a server: problem parsing, repeats, classification, waiters."""
+
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+import effectgate_client
+from effectgate_client import (
+    ApprovalRequired,
+    AttemptInProgress,
+    BudgetExhausted,
+    CompensationRequired,
+    ConcurrencyConflict,
+    EffectgateClient,
+    GrantInvalid,
+    NotifiedWaiter,
+    NotSent,
+    OperationClosed,
+    PollingWaiter,
+    ProblemError,
+    ReconciliationRequired,
+    RetryLater,
+    ToolForbidden,
+    TransportError,
+    UnexpectedResponse,
+    Unknown,
+    outcome_from_httpx_error,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _problem(status, code, **extra):
+    return {
+        "type": f"https://effectgate.dev/problems/{code}",
+        "title": code,
+        "status": status,
+        "detail": f"detail of {code}",
+        "code": code,
+        **extra,
+    }
+
+
+def _client(handler, **kwargs):
+    return EffectgateClient(
+        "http://effectgate.test",
+        "egr_token",
+        transport=httpx.MockTransport(handler),
+        sleep=lambda seconds: None,
+        **kwargs,
+    )
+
+
+def test_the_package_imports_without_django():
+    # A meta-path hook makes any import of django fail in a fresh interpreter.
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'django' or name.startswith('django.'):\n"
+        "            raise ImportError('django is not installed here')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import effectgate_client, effectgate_client.runner, effectgate_client.waiters\n"
+        "assert not any(m == 'django' or m.startswith('django.') for m in sys.modules)\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+    for path in Path(effectgate_client.__file__).parent.glob("*.py"):
+        assert not re.search(r"^\s*(import|from)\s+django", path.read_text(), re.M), path
+
+
+@pytest.mark.parametrize(
+    ("status", "code", "cls"),
+    [
+        (409, "operation_closed", OperationClosed),
+        (409, "reconciliation_required", ReconciliationRequired),
+        (409, "compensation_required", CompensationRequired),
+        (409, "approval_required", ApprovalRequired),
+        (409, "attempt_in_progress", AttemptInProgress),
+        (403, "tool_forbidden", ToolForbidden),
+        (403, "grant_invalid", GrantInvalid),
+        (409, "retry_later", RetryLater),
+        (409, "budget_exhausted", BudgetExhausted),
+        (409, "concurrency_conflict", ConcurrencyConflict),
+    ],
+)
+def test_every_claim_refusal_is_its_own_type_and_is_not_repeated(status, code, cls):
+    calls = []
+
+    def handler(request):
+        calls.append(request)
+        return httpx.Response(status, json=_problem(status, code))
+
+    client = _client(handler)
+    with pytest.raises(cls) as caught:
+        client.claim("op_1", lease_s=10)
+    assert len(calls) == 1
+    assert calls[0].url.path == "/api/v1/operations/op_1/attempts"
+    assert calls[0].headers["authorization"] == "Bearer egr_token"
+    assert (caught.value.status, caught.value.code) == (status, code)
+    assert caught.value.detail == f"detail of {code}"
+
+
+def test_retry_after_comes_from_the_body_or_the_header():
+    def body(request):
+        return httpx.Response(409, json=_problem(409, "retry_later", retry_after_ms=1500))
+
+    with pytest.raises(RetryLater) as caught:
+        _client(body).claim("op_1")
+    assert caught.value.retry_after_ms == 1500
+    assert caught.value.retry_after_s == 1.5
+
+    def header(request):
+        return httpx.Response(
+            409, json=_problem(409, "attempt_in_progress"), headers={"Retry-After": "3"}
+        )
+
+    with pytest.raises(AttemptInProgress) as caught:
+        _client(header).claim("op_1")
+    assert caught.value.retry_after_ms == 3000
+
+
+def test_unknown_code_still_raises_a_problem_with_its_body():
+    def handler(request):
+        return httpx.Response(418, json=_problem(418, "teapot", extra_field=1))
+
+    with pytest.raises(ProblemError) as caught:
+        _client(handler).get_operation("op_1")
+    assert type(caught.value) is ProblemError
+    assert caught.value.code == "teapot"
+    assert caught.value.problem["extra_field"] == 1
+
+
+def test_lost_answers_are_repeated_then_given_up():
+    attempts = []
+
+    def flaky(request):
+        attempts.append(request)
+        if len(attempts) < 3:
+            raise httpx.ConnectError("refused", request=request)
+        return httpx.Response(200, json={"id": "op_1", "status": "ready"})
+
+    client = _client(flaky)
+    assert client.get_operation("op_1")["status"] == "ready"
+    assert len(attempts) == 3
+    assert client.stats["lost:ConnectError"] == 2
+
+    def down(request):
+        raise httpx.ReadTimeout("no answer", request=request)
+
+    with pytest.raises(TransportError) as caught:
+        _client(down, max_retries=2).get_operation("op_1")
+    assert "3 tries" in str(caught.value)
+
+
+def test_server_errors_are_repeated_honouring_retry_after():
+    waits = []
+    answers = iter(
+        [
+            httpx.Response(503, text="<html>bad gateway</html>"),
+            httpx.Response(429, json=_problem(429, "rate_limited"), headers={"Retry-After": "2"}),
+            httpx.Response(200, json={"ok": True}),
+        ]
+    )
+    client = EffectgateClient(
+        "http://effectgate.test",
+        "t",
+        transport=httpx.MockTransport(lambda request: next(answers)),
+        sleep=waits.append,
+    )
+    assert client.get_run("run_1") == {"ok": True}
+    assert waits[1] == 2.0
+    assert client.stats["status:503"] == client.stats["status:429"] == 1
+
+    with pytest.raises(UnexpectedResponse) as caught:
+        _client(lambda r: httpx.Response(502, text="proxy"), max_retries=1).get_run("run_1")
+    assert caught.value.status == 502
+
+
+def test_a_refusal_after_a_repeat_is_marked_and_reconcile_reads_the_operation():
+    calls = []
+
+    def handler(request):
+        calls.append(request.method)
+        if len(calls) == 1:
+            raise httpx.ReadError("lost", request=request)
+        if request.method == "POST":
+            return httpx.Response(409, json=_problem(409, "not_unknown"))
+        return httpx.Response(200, json={"id": "op_1", "status": "succeeded"})
+
+    assert _client(handler).reconcile("op_1", result="committed")["status"] == "succeeded"
+    assert calls == ["POST", "POST", "GET"]
+
+
+def test_register_requires_an_operation_key():
+    with pytest.raises(ValueError, match="operation_key"):
+        _client(lambda r: httpx.Response(500)).register(
+            run="run_1", tool="t", operation_key="", arguments={}
+        )
+
+
+def test_list_operations_follows_the_cursor():
+    def handler(request):
+        if "cursor" in request.url.params:
+            return httpx.Response(200, json={"results": [{"id": "op_1"}], "next": None})
+        return httpx.Response(
+            200,
+            json={
+                "results": [{"id": "op_3"}, {"id": "op_2"}],
+                "next": "http://effectgate.test/api/v1/operations?cursor=abc&limit=2",
+            },
+        )
+
+    ids = [op["id"] for op in _client(handler).list_operations(run="run_1", limit=2)]
+    assert ids == ["op_3", "op_2", "op_1"]
+
+
+def test_httpx_errors_are_classified_conservatively():
+    request = httpx.Request("POST", "http://provider.test/refunds")
+    refused = outcome_from_httpx_error(httpx.ConnectError("refused", request=request))
+    assert isinstance(refused, NotSent)
+    assert refused.body()["code"] == "not_sent"
+    for exc in (
+        httpx.ReadTimeout("slow", request=request),
+        httpx.RemoteProtocolError("Server disconnected", request=request),
+        httpx.ReadError("reset", request=request),
+        httpx.WriteError("broken pipe", request=request),
+    ):
+        outcome = outcome_from_httpx_error(exc)
+        assert isinstance(outcome, Unknown), exc
+        assert outcome.body()["kind"] == "unknown"
+    assert outcome_from_httpx_error(httpx.ReadTimeout("x", request=request)).code == (
+        "timeout_unknown"
+    )
+
+
+class FakeClient:
+    def __init__(self, statuses):
+        self.statuses = list(statuses)
+        self.reads = 0
+
+    def get_operation(self, operation_id):
+        self.reads += 1
+        status = self.statuses.pop(0) if len(self.statuses) > 1 else self.statuses[0]
+        return {"id": operation_id, "status": status}
+
+
+def test_polling_waiter_backs_off_and_stops_at_the_deadline():
+    sleeps = []
+    now = [0.0]
+
+    def sleep(seconds):
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    waiter = PollingWaiter(initial_s=1, max_s=4, sleep=sleep, clock=lambda: now[0])
+    client = FakeClient(["awaiting_approval"])
+    op = waiter.wait(client, {"id": "op_1"}, status="awaiting_approval", deadline=20)
+    assert op["status"] == "awaiting_approval"
+    assert now[0] == pytest.approx(20)
+    # Ceilings 1, 2, 4, 4...: each wait is within [ceiling/2, ceiling] or cut by the deadline.
+    assert 0.5 <= sleeps[0] <= 1
+    assert 1 <= sleeps[1] <= 2
+    assert 2 <= sleeps[2] <= 4
+    assert max(sleeps) <= 4
+
+    ready = FakeClient(["awaiting_approval", "awaiting_approval", "ready"])
+    waiter = PollingWaiter(initial_s=0.01, sleep=lambda s: None)
+    op = waiter.wait(
+        ready, {"id": "op_1"}, status="awaiting_approval", deadline=time.monotonic() + 5
+    )
+    assert (op["status"], ready.reads) == ("ready", 3)
+
+
+def test_notified_waiter_wakes_on_notify_long_before_its_fallback_poll():
+    client = FakeClient(["awaiting_approval", "ready"])
+    waiter = NotifiedWaiter(fallback_poll_s=30)
+    timer = threading.Timer(0.2, waiter.notify, args=["op_1"])
+    started = time.monotonic()
+    timer.start()
+    op = waiter.wait(client, {"id": "op_1"}, status="awaiting_approval", deadline=started + 60)
+    assert op["status"] == "ready"
+    assert time.monotonic() - started < 5
+    assert client.reads == 2
+
+
+def test_notified_waiter_polls_when_no_notification_comes():
+    client = FakeClient(["awaiting_approval", "awaiting_approval", "ready"])
+    waiter = NotifiedWaiter(fallback_poll_s=0.05)
+    op = waiter.wait(
+        client, {"id": "op_1"}, status="awaiting_approval", deadline=time.monotonic() + 5
+    )
+    assert (op["status"], client.reads) == ("ready", 3)

@@ -1,0 +1,552 @@
+"""The runner client against a live Effectgate (pytest-django's live server).
+
+Each test drives ``Runner.execute`` or ``EffectgateClient`` over real HTTP and then
+checks what Effectgate stored: operations, attempts and events.
+"""
+
+import threading
+import time
+
+import pytest
+from django.db import connections
+from guardian.shortcuts import assign_perm
+
+from effectgate_client import (
+    EffectgateClient,
+    Failed,
+    IntentMismatch,
+    InvalidArguments,
+    NotAuthenticated,
+    NotFound,
+    NotSent,
+    PollingWaiter,
+    Runner,
+    Succeeded,
+    ToolForbidden,
+    Unknown,
+    UnknownTool,
+)
+from operations import services
+from operations.models import Attempt, Event, Operation, Tool
+from operations.models import Runner as RunnerAccount
+from tests.approvals.conftest import person
+from tests.client.support import LosingTransport, RecordingSleep
+from tests.conftest import contract, make_runner
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ARGS = {"payment_id": "pay_1", "amount_cents": 500}
+
+
+class Setup:
+    def __init__(self, live_server, transport=None, **runner_options):
+        self.api = make_runner()
+        self.sleep = RecordingSleep()
+        self.client = EffectgateClient(
+            live_server.url, self.api.token, transport=transport, backoff_base_s=0.01
+        )
+        runner_options.setdefault("lease_s", 5)
+        runner_options.setdefault("wait_s", 10)
+        self.runner = Runner(
+            self.client,
+            waiter=PollingWaiter(initial_s=0.05, max_s=0.2),
+            sleep=self.sleep,
+            **runner_options,
+        )
+        self.run = self.client.create_run(principal="user:alice")["id"]
+
+    def tool(self, name, effect_class="irreversible", **overrides):
+        overrides.setdefault("approval", {"mode": "never"})
+        self.client.put_tool(name, contract(effect_class, **overrides))
+
+    def execute(self, tool, call, key="order-1:refund", arguments=ARGS, **kwargs):
+        return self.runner.execute(
+            run=self.run, tool=tool, operation_key=key, arguments=arguments, call=call, **kwargs
+        )
+
+
+class Calls:
+    """A tool function that answers from a script and records what it was given."""
+
+    def __init__(self, *script):
+        self.script = list(script)
+        self.contexts = []
+
+    def __call__(self, ctx):
+        self.contexts.append(ctx)
+        step = self.script.pop(0) if self.script else Succeeded(downstream_id="re_ok")
+        if isinstance(step, BaseException):
+            raise step
+        if callable(step):
+            return step(ctx)
+        return step
+
+
+def _closing_connections(function):
+    """A thread body that closes its own database connection when done."""
+
+    def body():
+        try:
+            function()
+        finally:
+            connections.close_all()
+
+    return body
+
+
+def _events(op_id, kind=None):
+    events = Event.objects.filter(stream=op_id)
+    if kind:
+        events = events.filter(kind=kind)
+    return list(events.order_by("seq"))
+
+
+@pytest.fixture
+def make_setup(live_server):
+    """Setups whose HTTP clients are closed after the test: an open keep-alive
+    connection would keep a live-server thread, and its database connection, alive."""
+    made = []
+
+    def make(**options):
+        made.append(Setup(live_server, **options))
+        return made[-1]
+
+    yield make
+    for item in made:
+        item.client.close()
+
+
+@pytest.fixture
+def setup(make_setup):
+    return make_setup()
+
+
+def test_execute_registers_claims_in_one_round_trip_calls_with_key_and_succeeds(make_setup):
+    transport = LosingTransport()
+    setup = make_setup(transport=transport)
+    setup.tool("refund")
+    calls = Calls(Succeeded(result={"refund": "re_1"}, downstream_id="re_1", cost=0.25))
+    result = setup.execute("refund", calls, call_id="call_abc", turn=1)
+
+    op = Operation.objects.get(runner=setup.api.runner, operation_key="order-1:refund")
+    assert [ctx.idempotency_key for ctx in calls.contexts] == [op.idempotency_key]
+    assert calls.contexts[0].attempt == 1
+    assert calls.contexts[0].arguments == ARGS
+    assert result.status == "succeeded"
+    assert result.envelope == {
+        "status": "succeeded",
+        "code": None,
+        "logical_operation_id": op.id,
+        "message": "The call to refund succeeded (reference re_1).",
+        "allowed_next_actions": [],
+    }
+    assert result.for_model()["result"] == {"refund": "re_1"}
+    assert result.attempts == [1]
+    assert (op.status, op.downstream_id, op.call_id, op.result) == (
+        "succeeded",
+        "re_1",
+        "call_abc",
+        {"refund": "re_1"},
+    )
+    assert float(op.run.spend) == 0.25
+    # register+claim, outcome, tool-result: no separate claim request.
+    posts = [line for line in transport.sent if line.startswith("POST /api/v1/operations")]
+    assert posts == [
+        "POST /api/v1/operations",
+        f"POST /api/v1/operations/{op.id}/attempts/1/outcome",
+    ]
+    assert [e.kind for e in _events(op.id)] == ["registered", "claimed", "outcome"]
+
+
+def test_lost_registration_answer_gives_back_the_same_operation(make_setup):
+    # The first registration commits (with its inline claim), its answer is lost; the
+    # repeat answers 200 with the same operation and claims nothing, so the attempt
+    # nobody saw runs out its lease. The tool is never called for it.
+    transport = LosingTransport({r"POST /api/v1/operations": 1})
+    setup = make_setup(transport=transport, lease_s=1)
+    setup.tool("refund")
+    calls = Calls()
+    result = setup.execute("refund", calls)
+
+    assert transport.lost == ["POST /api/v1/operations"]
+    assert Operation.objects.filter(runner=setup.api.runner).count() == 1
+    op = Operation.objects.get(runner=setup.api.runner)
+    assert calls.contexts == []
+    assert op.status == "outcome_unknown"
+    assert op.error_code == "lease_expired"
+    assert result.status == "outcome_unknown"
+    assert result.envelope["allowed_next_actions"] == ["reconcile"]
+    # The client waited for the unseen attempt's lease instead of using it.
+    assert any(0.5 <= wait <= 1.1 for wait in setup.sleep.waits)
+    assert Attempt.objects.get(operation=op).status == "lease_expired"
+
+
+def test_lost_registration_answer_for_a_repeatable_tool_retries_with_the_same_key(make_setup):
+    transport = LosingTransport({r"POST /api/v1/operations": 1})
+    setup = make_setup(transport=transport, lease_s=1)
+    setup.tool("refund", "idempotent")
+    calls = Calls()
+    result = setup.execute("refund", calls)
+
+    op = Operation.objects.get(runner=setup.api.runner)
+    assert result.status == "succeeded"
+    assert result.attempts == [2]
+    assert [ctx.attempt for ctx in calls.contexts] == [2]
+    assert calls.contexts[0].idempotency_key == op.idempotency_key
+    assert list(op.attempt_set.values_list("number", "status")) == [
+        (1, "lease_expired"),
+        (2, "succeeded"),
+    ]
+
+
+def test_lost_outcome_answer_is_posted_again_and_recorded_once(make_setup):
+    transport = LosingTransport({r"POST /api/v1/operations/[^/]+/attempts/1/outcome": 1})
+    setup = make_setup(transport=transport)
+    setup.tool("refund")
+    calls = Calls()
+    result = setup.execute("refund", calls)
+
+    op = Operation.objects.get(runner=setup.api.runner)
+    assert len(transport.lost) == 1
+    assert transport.sent.count(f"POST /api/v1/operations/{op.id}/attempts/1/outcome") == 2
+    assert len(calls.contexts) == 1
+    assert result.status == "succeeded"
+    assert len(_events(op.id, "outcome")) == 1
+    assert not _events(op.id, "outcome_conflict")
+
+
+def test_lost_claim_answer_never_runs_the_tool_on_an_unseen_attempt(make_setup):
+    transport = LosingTransport({r"POST /api/v1/operations/[^/]+/attempts": 1})
+    setup = make_setup(transport=transport, lease_s=1)
+    setup.tool("refund", "idempotent")
+    op = setup.client.register(
+        run=setup.run, tool="refund", operation_key="k-claim", arguments=ARGS
+    )
+    calls = Calls()
+    result = setup.execute("refund", calls, key="k-claim")
+
+    assert len(transport.lost) == 1
+    assert result.status == "succeeded"
+    # Attempt 1 was claimed by the lost request and expired unused; the tool ran once,
+    # for attempt 2, with the operation's one idempotency key.
+    assert [ctx.attempt for ctx in calls.contexts] == [2]
+    assert list(Attempt.objects.filter(operation_id=op["id"]).values_list("number", "status")) == [
+        (1, "lease_expired"),
+        (2, "succeeded"),
+    ]
+
+
+def test_retryable_failure_waits_for_retry_after_then_succeeds(setup):
+    setup.tool("refund")
+    calls = Calls(Failed("rate_limited", "slow down", retry_after_ms=400))
+    result = setup.execute("refund", calls)
+
+    op = Operation.objects.get(runner=setup.api.runner)
+    assert result.status == "succeeded"
+    assert result.attempts == [1, 2]
+    assert [ctx.idempotency_key for ctx in calls.contexts] == [op.idempotency_key] * 2
+    first, second = op.attempt_set.order_by("number")
+    assert first.outcome == {
+        "kind": "failed",
+        "code": "rate_limited",
+        "detail": "slow down",
+        "retry_after_ms": 400,
+    }
+    assert (second.claimed_at - first.closed_at).total_seconds() >= 0.4
+    # The wait came from the refusal's retry_after_ms, not from guessing.
+    assert any(0.3 <= wait <= 0.45 for wait in setup.sleep.waits)
+
+
+def test_not_sent_is_retried_and_permanent_failure_ends_the_operation(setup):
+    setup.tool("refund")
+    calls = Calls(NotSent("connection refused"), Failed("card_declined", "declined"))
+    result = setup.execute("refund", calls)
+    op = Operation.objects.get(runner=setup.api.runner)
+    assert result.attempts == [1, 2]
+    assert result.status == "failed_permanent"
+    assert result.envelope["code"] == "card_declined"
+    assert op.status == "failed_permanent"
+
+
+def test_unknown_outcome_of_irreversible_tool_is_never_retried(setup):
+    setup.tool("refund")
+    calls = Calls(Unknown("timeout_unknown", "no answer in 5 s"))
+    result = setup.execute("refund", calls)
+    assert result.status == "outcome_unknown"
+    assert result.envelope["allowed_next_actions"] == ["reconcile"]
+    assert len(calls.contexts) == 1
+
+    # The job runs again (a redelivery, a restarted worker): same operation, no call.
+    again = setup.execute("refund", calls)
+    assert again.envelope["logical_operation_id"] == result.envelope["logical_operation_id"]
+    assert again.status == "outcome_unknown"
+    assert again.attempts == []
+    assert len(calls.contexts) == 1
+    assert Operation.objects.filter(runner=setup.api.runner).count() == 1
+
+
+def test_any_other_exception_is_posted_as_unknown(setup):
+    setup.tool("refund")
+    result = setup.execute("refund", Calls(RuntimeError("socket exploded")))
+    op = Operation.objects.get(runner=setup.api.runner)
+    attempt = op.attempt_set.get()
+    assert (attempt.status, attempt.outcome_code) == ("unknown", "runner_exception")
+    assert "RuntimeError: socket exploded" in attempt.outcome["detail"]
+    assert result.status == "outcome_unknown"
+
+
+def test_reconciliation_wait_returns_once_a_probe_or_person_answers(make_setup):
+    setup = make_setup(reconciliation_wait_s=5)
+    setup.tool("refund")
+    calls = Calls(Unknown())
+
+    def answer_later():
+        for _ in range(100):
+            op = Operation.objects.filter(status="outcome_unknown").first()
+            if op is not None:
+                services.operation_reconcile(
+                    operation=op,
+                    result="committed",
+                    downstream_id="re_found",
+                    actor=services.Actor.system("test"),
+                )
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=_closing_connections(answer_later))
+    thread.start()
+    result = setup.execute("refund", calls)
+    thread.join()
+    assert result.status == "succeeded"
+    assert result.operation["downstream_id"] == "re_found"
+    assert len(calls.contexts) == 1
+
+
+def test_heartbeat_keeps_the_lease_alive_during_a_long_call(make_setup):
+    setup = make_setup(lease_s=1)
+    setup.tool("refund")
+    sweeps = []
+
+    def slow(ctx):
+        time.sleep(1.6)
+        sweeps.append(services.sweep().leases_expired)
+        time.sleep(0.6)
+        return Succeeded(downstream_id="re_slow")
+
+    result = setup.execute("refund", slow)
+    op = Operation.objects.get(runner=setup.api.runner)
+    assert sweeps == [0]
+    assert result.status == "succeeded"
+    assert op.attempt_set.get().status == "succeeded"
+    assert len(_events(op.id, "heartbeat")) >= 4
+
+
+class Crash(BaseException):
+    """The runner process dies (modelled in-thread): nothing after it runs."""
+
+
+def test_runner_crash_after_send_posts_nothing_and_the_sweep_classifies_it(make_setup):
+    setup = make_setup(lease_s=1)
+    setup.tool("refund")
+    sent = []
+
+    def crash(ctx):
+        sent.append(ctx.idempotency_key)
+        raise Crash
+
+    with pytest.raises(Crash):
+        setup.execute("refund", crash)
+    op = Operation.objects.get(runner=setup.api.runner)
+    assert sent == [op.idempotency_key]
+    beats = len(_events(op.id, "heartbeat"))
+    time.sleep(1.3)
+    assert len(_events(op.id, "heartbeat")) == beats  # the heartbeat died with it
+    assert not _events(op.id, "outcome")
+    assert services.sweep().leases_expired == 1
+    op.refresh_from_db()
+    assert (op.status, op.error_code) == ("outcome_unknown", "lease_expired")
+
+
+def test_attempt_in_progress_waits_for_the_lease_then_goes_on(setup):
+    setup.tool("refund", "idempotent")
+    op = setup.client.register(run=setup.run, tool="refund", operation_key="k", arguments=ARGS)
+    setup.client.claim(op["id"], lease_s=1)  # another worker holds it, then vanishes
+    calls = Calls()
+    result = setup.execute("refund", calls, key="k")
+    assert result.status == "succeeded"
+    assert [ctx.attempt for ctx in calls.contexts] == [2]
+    assert any(0.5 <= wait <= 1.1 for wait in setup.sleep.waits)
+
+
+def _approver(tool):
+    user = person()
+    assign_perm("operations.decide_tool", user, Tool.objects.get(pk=tool))
+    return user
+
+
+def _decide_when_pending(tool, approve, comment="", delay=0.3):
+    user = _approver(tool)
+
+    def decide():
+        time.sleep(delay)
+        for _ in range(100):
+            op = Operation.objects.filter(tool_id=tool, status="awaiting_approval").first()
+            if op is not None:
+                request = op.approval_requests.get(status="pending")
+                services.approval_decide(
+                    request_id=request.id, user=user, approve=approve, comment=comment
+                )
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=_closing_connections(decide))
+    thread.start()
+    return thread
+
+
+def test_waits_for_approval_by_polling_then_claims(setup):
+    setup.tool("refund", approval={"mode": "always"})
+    thread = _decide_when_pending("refund", approve=True)
+    calls = Calls()
+    result = setup.execute("refund", calls)
+    thread.join()
+    assert result.status == "succeeded"
+    assert len(calls.contexts) == 1
+    assert setup.runner.waiter.polls >= 2
+    op = Operation.objects.get(runner=setup.api.runner)
+    kinds = [e.kind for e in _events(op.id)]
+    assert kinds[:3] == ["registered", "approval_requested", "decision"]
+    assert "granted" in kinds
+
+
+def test_rejection_ends_the_call_with_the_reason_and_no_attempt(setup):
+    setup.tool("refund", approval={"mode": "always"})
+    thread = _decide_when_pending("refund", approve=False, comment="duplicate refund")
+    calls = Calls()
+    result = setup.execute("refund", calls)
+    thread.join()
+    assert calls.contexts == []
+    assert result.status == "rejected"
+    assert result.envelope["code"] == "approval_rejected"
+    assert "duplicate refund" in result.envelope["message"]
+    assert not Attempt.objects.exists()
+
+
+def test_approval_wait_runs_out_and_returns_the_waiting_envelope(make_setup):
+    setup = make_setup(wait_s=0.5)
+    setup.tool("refund", approval={"mode": "always"})
+    result = setup.execute("refund", Calls())
+    assert result.refusal == "approval_required"
+    assert result.status == "awaiting_approval"
+    assert result.envelope["allowed_next_actions"] == ["wait_for_approval"]
+
+
+def test_revoked_grant_is_refused_at_claim_and_a_new_approval_is_awaited(make_setup):
+    setup = make_setup(wait_s=0.6)
+    setup.tool("refund", approval={"mode": "always"})
+    op = setup.client.register(run=setup.run, tool="refund", operation_key="k", arguments=ARGS)
+    user = _approver("refund")
+    request_id = op["approval"]["id"]
+    services.approval_decide(request_id=request_id, user=user, approve=True, comment="ok")
+    services.approval_revoke(request_id=request_id, user=user, reason="customer called")
+    calls = Calls()
+    result = setup.execute("refund", calls, key="k")
+    assert calls.contexts == []
+    assert result.status == "awaiting_approval"
+    assert result.refusal == "approval_required"
+    assert _events(op["id"], "grant_invalid")
+    assert result.operation["approval"]["id"] != request_id
+
+
+def test_tool_forbidden_at_claim_is_raised(setup):
+    setup.tool("refund")
+    setup.client.register(run=setup.run, tool="refund", operation_key="k", arguments=ARGS)
+    RunnerAccount.objects.filter(pk=setup.api.runner.pk).update(restrict_tools=True)
+    with pytest.raises(ToolForbidden) as caught:
+        setup.execute("refund", Calls(), key="k")
+    assert caught.value.status == 403
+    assert Operation.objects.get(runner=setup.api.runner).status == "ready"
+
+
+def test_deadline_passed_at_claim_ends_in_budget_exhausted(setup):
+    setup.tool(
+        "refund",
+        retry={"max_attempts": 3, "base_delay_ms": 0, "max_delay_ms": 0, "deadline_s": 1},
+    )
+    setup.client.register(run=setup.run, tool="refund", operation_key="k", arguments=ARGS)
+    time.sleep(1.1)
+    calls = Calls()
+    result = setup.execute("refund", calls, key="k")
+    assert calls.contexts == []
+    assert result.status == "budget_exhausted"
+    assert result.envelope["code"] == "budget_exhausted"
+
+
+def test_closed_operation_is_answered_without_calling_again(setup):
+    setup.tool("refund")
+    calls = Calls()
+    first = setup.execute("refund", calls)
+    second = setup.execute("refund", calls)
+    assert first.status == second.status == "succeeded"
+    assert len(calls.contexts) == 1
+    assert second.attempts == []
+
+
+def test_concurrency_conflict_backs_off_until_the_wait_runs_out(make_setup):
+    setup = make_setup(wait_s=0.8, conflict_backoff_s=(0.05, 0.2))
+    setup.tool("refund", concurrency_key="/payment_id")
+    busy = setup.client.register(run=setup.run, tool="refund", operation_key="busy", arguments=ARGS)
+    setup.client.claim(busy["id"], lease_s=60)
+    calls = Calls()
+    result = setup.execute("refund", calls, key="second", arguments={**ARGS, "amount_cents": 7})
+    assert calls.contexts == []
+    assert result.refusal == "concurrency_conflict"
+    assert result.status == "ready"
+    conflict_waits = [w for w in setup.sleep.waits if w <= 0.2]
+    assert len(conflict_waits) >= 2
+
+
+def test_compensable_unknown_runs_the_undo_with_the_undo_key(setup):
+    setup.tool("refund", "compensable")
+    undone = []
+
+    def undo(ctx):
+        undone.append(ctx.idempotency_key)
+        return {"reversal": "rv_1"}
+
+    result = setup.execute("refund", Calls(Unknown()), undo=undo)
+    op = Operation.objects.get(runner=setup.api.runner)
+    assert undone == [f"{op.idempotency_key}:undo"]
+    assert result.status == "compensated"
+    assert _events(op.id, "compensation")[0].data["evidence"] == {"reversal": "rv_1"}
+
+
+def test_problems_are_typed(setup):
+    setup.tool("refund")
+    with pytest.raises(UnknownTool):
+        setup.execute("nope", Calls())
+    with pytest.raises(InvalidArguments) as caught:
+        setup.execute("refund", Calls(), arguments={"payment_id": "pay_1"})
+    assert caught.value.errors
+    assert caught.value.for_model()["code"] == "invalid_arguments"
+    setup.execute("refund", Calls(), key="same")
+    with pytest.raises(IntentMismatch):
+        setup.execute("refund", Calls(), key="same", arguments={**ARGS, "amount_cents": 9})
+    with pytest.raises(NotFound):
+        setup.client.get_operation("op_missing")
+    with (
+        EffectgateClient(setup.client.base_url, "egr_wrong") as bad,
+        pytest.raises(NotAuthenticated),
+    ):
+        bad.get_operation("op_x")
+
+
+def test_reconcile_posted_again_after_a_lost_answer_returns_the_operation(make_setup):
+    transport = LosingTransport({r"POST /api/v1/operations/[^/]+/reconciliations": 1})
+    setup = make_setup(transport=transport)
+    setup.tool("refund")
+    result = setup.execute("refund", Calls(Unknown()))
+    op_id = result.envelope["logical_operation_id"]
+    body = setup.client.reconcile(op_id, result="committed", downstream_id="re_7")
+    assert body["status"] == "succeeded"
+    assert len(_events(op_id, "reconciled")) == 1
