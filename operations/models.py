@@ -163,7 +163,8 @@ class Run(models.Model):
         return self.id
 
 
-_BLOCKING = [status.value for status in BLOCKING]
+# Sorted: the set has no stable order, and migrations must not change from run to run.
+_BLOCKING = sorted(status.value for status in BLOCKING)
 
 
 class Operation(models.Model):
@@ -294,43 +295,48 @@ class Resolution(models.Model):
     """A person's "did not happen" for an irreversible operation, awaiting a second person.
 
     Declaring that money did not leave is what allows it to leave again, so it takes
-    effect only when someone other than the declarer confirms it (four eyes).
+    effect only when someone other than the declarer confirms it (four eyes). Rows are
+    append-only: the second person's answer is a ``ResolutionReview``.
     """
-
-    class ResolutionStatus(models.TextChoices):
-        PENDING = "pending"
-        CONFIRMED = "confirmed"
-        DISPUTED = "disputed"
-        WITHDRAWN = "withdrawn"
 
     id = _id_field("res")
     operation = models.ForeignKey(Operation, on_delete=models.PROTECT, related_name="resolutions")
-    status = models.CharField(
-        max_length=16, choices=ResolutionStatus.choices, default=ResolutionStatus.PENDING
-    )
     declared_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
     )
     note = models.TextField()
     evidence = models.JSONField(default=dict)
     created_at = models.DateTimeField()
-    decided_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+"
-    )
-    decided_at = models.DateTimeField(null=True, blank=True)
-    decision_note = models.TextField(blank=True, default="")
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=["operation"],
-                condition=Q(status="pending"),
-                name="resolution_one_pending_per_operation",
-            )
-        ]
 
     def __str__(self) -> str:
         return self.id
+
+    @property
+    def status(self) -> str:
+        """``pending`` until reviewed, then the review's decision."""
+        try:
+            return self.review.decision
+        except ResolutionReview.DoesNotExist:
+            return "pending"
+
+
+class ResolutionReview(models.Model):
+    class Decision(models.TextChoices):
+        CONFIRMED = "confirmed"
+        DISPUTED = "disputed"
+        # The operation was answered otherwise (a late success, a probe) first.
+        WITHDRAWN = "withdrawn"
+
+    resolution = models.OneToOneField(Resolution, on_delete=models.PROTECT, related_name="review")
+    decision = models.CharField(max_length=16, choices=Decision.choices)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+"
+    )
+    note = models.TextField(blank=True, default="")
+    at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.resolution_id} {self.decision}"
 
 
 class WebhookEndpoint(models.Model):

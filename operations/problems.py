@@ -104,7 +104,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         if isinstance(exc, drf.Throttled) and exc.wait:
             headers["Retry-After"] = str(int(exc.wait) + 1)
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-        title = exc.default_detail if isinstance(exc.default_detail, str) else code
+        title = str(exc.default_detail)
         return _response(problem(exc.status_code, code, str(title), str(detail)), headers)
     view = context.get("view")
     logger.exception("Unhandled error in %s", type(view).__name__ if view else "API view")

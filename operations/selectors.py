@@ -307,7 +307,7 @@ def operation_trace(op: Operation) -> dict[str, Any]:
             .prefetch_related("decisions__user")
             .order_by("created_at")
         ),
-        "resolutions": list(op.resolutions.select_related("declared_by", "decided_by")),
+        "resolutions": list(op.resolutions.select_related("declared_by", "review", "review__user")),
         "deliveries": list(
             op.outbox_messages.select_related("endpoint")
             .prefetch_related("delivery_attempts")

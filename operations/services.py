@@ -47,6 +47,7 @@ from .models import (
     Operation,
     OutboxMessage,
     Resolution,
+    ResolutionReview,
     Run,
     Runner,
     RunnerToken,
@@ -1577,7 +1578,7 @@ def operation_resolve(
             if not note:
                 raise DecisionRefused("Say how you know the effect did not happen.")
             if op.effect_class == machine.EffectClass.IRREVERSIBLE:
-                if op.resolutions.filter(status=Resolution.ResolutionStatus.PENDING).exists():
+                if op.resolutions.filter(review__isnull=True).exists():
                     raise DecisionRefused("A 'did not happen' already waits for confirmation.")
                 resolution = Resolution.objects.create(
                     operation=op, declared_by=user, note=note, evidence=evidence, created_at=now
@@ -1616,7 +1617,7 @@ def operation_resolution_confirm(
     """The second person's answer to a proposed "did not happen" (four eyes).
 
     Confirming applies ``not_found``: the irreversible operation goes back for a new
-    approval, which the declarer may not give. Disputing withdraws the proposal and the
+    approval, which the declarer may not give. Disputing closes the proposal and the
     operation stays unknown.
     """
     note = note.strip()
@@ -1625,9 +1626,9 @@ def operation_resolution_confirm(
         raise errors.NotFound(f"No resolution {resolution_id!r}.")
     with transaction.atomic():
         op = _lock(resolution.operation_id)
-        resolution = Resolution.objects.select_for_update().get(pk=resolution_id)
+        resolution = Resolution.objects.select_related("declared_by").get(pk=resolution_id)
         _require_reconcile_permission(user, op.tool)
-        if resolution.status != Resolution.ResolutionStatus.PENDING:
+        if resolution.status != "pending":
             raise DecisionRefused(f"This proposal is {resolution.status}.")
         if resolution.declared_by_id == user.pk:
             raise DecisionRefused(
@@ -1635,18 +1636,19 @@ def operation_resolution_confirm(
             )
         now = timezone.now()
         actor = Actor.of_user(user)
-        resolution.decided_by = user
-        resolution.decided_at = now
-        resolution.decision_note = note
+        Decision = ResolutionReview.Decision
+        result: Operation | Exception = op
         if op.status != Status.OUTCOME_UNKNOWN:
-            resolution.status = Resolution.ResolutionStatus.WITHDRAWN
-            resolution.save()
-            result: Operation | Exception = errors.NotUnknown(
+            ResolutionReview.objects.create(
+                resolution=resolution, decision=Decision.WITHDRAWN, user=None, note=note, at=now
+            )
+            result = errors.NotUnknown(
                 f"Operation {op.id} is {op.status} now; the proposal is withdrawn."
             )
         elif confirm:
-            resolution.status = Resolution.ResolutionStatus.CONFIRMED
-            resolution.save()
+            ResolutionReview.objects.create(
+                resolution=resolution, decision=Decision.CONFIRMED, user=user, note=note, at=now
+            )
             data = {
                 "result": "not_found",
                 "downstream_id": None,
@@ -1664,12 +1666,12 @@ def operation_resolution_confirm(
                 data=data,
                 barred_user_ids=[resolution.declared_by_id],
             )
-            result = op
         else:
             if not note:
                 raise DecisionRefused("Say why you dispute it.")
-            resolution.status = Resolution.ResolutionStatus.DISPUTED
-            resolution.save()
+            ResolutionReview.objects.create(
+                resolution=resolution, decision=Decision.DISPUTED, user=user, note=note, at=now
+            )
             _record(
                 op,
                 kind="resolution_disputed",
@@ -1677,7 +1679,6 @@ def operation_resolution_confirm(
                 now=now,
                 data={"resolution": resolution.id, "note": note},
             )
-            result = op
     if isinstance(result, Exception):
         raise result
     return result

@@ -94,6 +94,7 @@ def test_a_disputed_declaration_changes_nothing(api):
         note="provider shows a pending refund",
     )
     assert Resolution.objects.get(pk=resolution.pk).status == "disputed"
+    assert Resolution.objects.get(pk=resolution.pk).review.user == second
     assert Operation.objects.get(pk=op.pk).status == "outcome_unknown"
 
 
