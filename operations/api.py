@@ -21,6 +21,7 @@ from .serializers import (
     CompensationIn,
     EventOut,
     HeartbeatOut,
+    InboundOut,
     LeaseIn,
     OperationCreatedOut,
     OperationIn,
@@ -165,6 +166,7 @@ class OperationListView(APIView):
             approval=data.get("approval"),
             claim_lease_s=data["claim"]["lease_s"] if "claim" in data else None,
             retry_of=data.get("retry_of"),
+            traceparent=request.headers.get("traceparent", ""),
         )
         body = _operation_body(registration.operation)
         if registration.created and "claim" in data:
@@ -368,6 +370,39 @@ class WebhookSecretRotateView(APIView):
         return Response({**WebhookEndpointOut(endpoint).data, "secret": secret})
 
 
+class InboundView(APIView):
+    """Events a provider sends about effects (Standard Webhooks, signed per tool)."""
+
+    authentication_classes: list = []
+    permission_classes: list = []
+    parser_classes: list = []
+
+    @extend_schema(
+        request={"application/json": {"type": "object"}},
+        responses={200: InboundOut, **_problems(400, 404, 413)},
+        tags=["inbound"],
+        description="Signed with the tool's inbound secret (webhook-id, webhook-timestamp, "
+        "webhook-signature). Recorded before anything else: a duplicate webhook-id answers "
+        "200 with duplicate=true and changes nothing.",
+    )
+    def post(self, request: Request, tool: str) -> Response:
+        receipt = services.inbound_receive(
+            tool_name=tool,
+            headers={name.lower(): value for name, value in request.headers.items()},
+            body=request.body,
+        )
+        event = receipt.event
+        return Response(
+            {
+                "id": event.id,
+                "event_id": event.event_id,
+                "status": event.status,
+                "operation": event.operation_id,
+                "duplicate": receipt.duplicate,
+            }
+        )
+
+
 class ApprovalDetailView(APIView):
     @extend_schema(responses={200: ApprovalDetailOut, **_problems(404)}, tags=["approvals"])
     def get(self, request: Request, approval_id: str) -> Response:
@@ -391,6 +426,7 @@ urlpatterns = [
     path("operations/<str:operation_id>/reconciliations", ReconciliationView.as_view()),
     path("operations/<str:operation_id>/compensations", CompensationView.as_view()),
     path("approvals/<str:approval_id>", ApprovalDetailView.as_view()),
+    path("inbound/<str:tool>", InboundView.as_view()),
     path("webhook-endpoints", WebhookEndpointListView.as_view()),
     path("webhook-endpoints/<str:endpoint_id>", WebhookEndpointDetailView.as_view()),
     path("webhook-endpoints/<str:endpoint_id>/rotate-secret", WebhookSecretRotateView.as_view()),

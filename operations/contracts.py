@@ -85,6 +85,33 @@ CONTRACT_SCHEMA: dict[str, Any] = {
             },
         },
         "concurrency_key": {"anyOf": [_pointer, {"type": "null"}]},
+        "inbound": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["type"],
+            "properties": {
+                "idempotency_key": _pointer,
+                "downstream_id": _pointer,
+                "type": _pointer,
+                "succeeded": {"type": "array", "items": {"type": "string"}, "maxItems": 50},
+                "failed": {"type": "array", "items": {"type": "string"}, "maxItems": 50},
+            },
+        },
+        "breaker": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["failure_codes"],
+            "properties": {
+                "failure_codes": {
+                    "type": "array",
+                    "items": {"type": "string", "minLength": 1, "maxLength": 64},
+                    "minItems": 1,
+                    "uniqueItems": True,
+                },
+                "threshold": {"type": "integer", "minimum": 1, "maximum": 1000},
+                "cooldown_s": {"type": "integer", "minimum": 1, "maximum": 86_400},
+            },
+        },
     },
 }
 _CONTRACT_VALIDATOR = Draft202012Validator(CONTRACT_SCHEMA)
@@ -226,6 +253,22 @@ def normalize_contract(body: Any) -> dict[str, Any]:
             problems.extend(_check_url_template(reconcile["url"]))
     elif reconcile["url"]:
         problems.append({"path": "/reconcile/url", "message": 'a url needs mode "lookup"'})
+    inbound = body.get("inbound")
+    if inbound is not None:
+        if not (inbound.get("idempotency_key") or inbound.get("downstream_id")):
+            problems.append(
+                {
+                    "path": "/inbound",
+                    "message": "name idempotency_key or downstream_id to match events",
+                }
+            )
+        inbound = {"succeeded": [], "failed": [], **inbound}
+        if set(inbound["succeeded"]) & set(inbound["failed"]):
+            problems.append({"path": "/inbound", "message": "a type cannot mean both outcomes"})
+    breaker = body.get("breaker")
+    if breaker is not None:
+        breaker = {"threshold": 5, "cooldown_s": 60, **breaker}
+        breaker["failure_codes"] = sorted(breaker["failure_codes"])
     if problems:
         raise InvalidContract("The contract is not consistent.", errors=problems)
 
@@ -236,6 +279,8 @@ def normalize_contract(body: Any) -> dict[str, Any]:
         "approval": approval,
         "reconcile": reconcile,
         "concurrency_key": body.get("concurrency_key"),
+        "inbound": inbound,
+        "breaker": breaker,
     }
     if "description" in body:
         normalized["description"] = body["description"]
@@ -274,4 +319,17 @@ def weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         reasons.append("concurrency key removed or changed")
     if set(sensitive_paths(old["input_schema"])) - set(sensitive_paths(new["input_schema"])):
         reasons.append("a sensitive field is no longer marked x-sensitive")
+    old_inbound, new_inbound = old.get("inbound"), new.get("inbound")
+    if new_inbound is not None and new_inbound != old_inbound:
+        # Inbound events can close unknown operations as succeeded: a new mapping is
+        # as sensitive as a new lookup URL.
+        reasons.append("another inbound event mapping")
+    old_breaker, new_breaker = old.get("breaker"), new.get("breaker")
+    if old_breaker is not None and (
+        new_breaker is None
+        or new_breaker["threshold"] > old_breaker["threshold"]
+        or new_breaker["cooldown_s"] < old_breaker["cooldown_s"]
+        or set(old_breaker["failure_codes"]) - set(new_breaker["failure_codes"])
+    ):
+        reasons.append("a weaker circuit breaker")
     return reasons

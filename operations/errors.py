@@ -152,3 +152,15 @@ class InvalidTransition(DomainError):
 
 class UrlNotAllowed(DomainError):
     code, status, title = "url_not_allowed", 422, "The URL's host is not an allowed target"
+
+
+class InvalidSignature(DomainError):
+    code, status, title = "invalid_signature", 401, "The event's signature does not verify"
+
+
+class StaleEvent(DomainError):
+    code, status, title = (
+        "stale_event",
+        400,
+        "The event's timestamp is more than five minutes from now",
+    )

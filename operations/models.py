@@ -77,11 +77,33 @@ class RunnerToken(models.Model):
 
 
 class Tool(models.Model):
+    class BreakerState(models.TextChoices):
+        CLOSED = "closed"
+        OPEN = "open"
+        HALF_OPEN = "half_open"
+
     name = models.CharField(primary_key=True, max_length=100)
     active_version = models.ForeignKey(
         "ToolVersion", null=True, on_delete=models.PROTECT, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # Signing secret of the provider's inbound events (Standard Webhooks), encrypted. Set
+    # by a person, never by a runner: whoever holds it can report effects as done.
+    inbound_secret_encrypted = models.TextField(blank=True, default="")
+    # The circuit breaker (contract block "breaker"); its history is on the tool's events.
+    breaker_state = models.CharField(
+        max_length=16, choices=BreakerState.choices, default=BreakerState.CLOSED
+    )
+    breaker_failures = models.PositiveIntegerField(default=0)
+    breaker_opened_at = models.DateTimeField(null=True, blank=True)
+    breaker_probe = models.ForeignKey(
+        "Operation",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The one operation let through while half-open.",
+    )
 
     class Meta:
         permissions = [
@@ -205,6 +227,9 @@ class Operation(models.Model):
         max_length=64, null=True, blank=True, help_text="sha256 of the concurrency key's value."
     )
     turn = models.PositiveIntegerField(null=True, blank=True)
+    traceparent = models.CharField(
+        max_length=55, blank=True, default="", help_text="W3C trace context of the runner."
+    )
     next_probe_at = models.DateTimeField(null=True, blank=True)
     probes = models.PositiveIntegerField(default=0)
     snoozed_until = models.DateTimeField(
@@ -237,6 +262,7 @@ class Operation(models.Model):
             models.Index(fields=["run", "id"], name="op_run_id"),
             models.Index(fields=["status", "id"], name="op_status_id"),
             models.Index(fields=["status", "status_changed_at"], name="op_status_since"),
+            models.Index(fields=["tool", "downstream_id"], name="op_tool_downstream"),
             models.Index(
                 fields=["lease_until"], name="op_executing_lease", condition=Q(status="executing")
             ),
@@ -337,6 +363,48 @@ class ResolutionReview(models.Model):
 
     def __str__(self) -> str:
         return f"{self.resolution_id} {self.decision}"
+
+
+class InboundEvent(models.Model):
+    """An event a provider sent about an effect (a refund succeeded, a message bounced).
+
+    Recorded under a unique (tool, event id) before anything else, so a duplicate
+    delivery changes nothing; then matched to an operation and applied as evidence.
+    """
+
+    class InboundStatus(models.TextChoices):
+        RECEIVED = "received"
+        APPLIED = "applied"
+        MATCHED = "matched"  # matched, kept as evidence, changed no state
+        UNMATCHED = "unmatched"
+
+    id = _id_field("ine")
+    tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="inbound_events")
+    event_id = models.CharField(max_length=255)
+    event_type = models.CharField(max_length=255, blank=True, default="")
+    sent_at = models.DateTimeField()
+    received_at = models.DateTimeField()
+    payload = models.JSONField()
+    status = models.CharField(
+        max_length=16, choices=InboundStatus.choices, default=InboundStatus.RECEIVED
+    )
+    outcome = models.CharField(max_length=16, blank=True, default="")
+    operation = models.ForeignKey(
+        Operation, null=True, blank=True, on_delete=models.PROTECT, related_name="inbound_events"
+    )
+    note = models.CharField(max_length=500, blank=True, default="")
+    processed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tool", "event_id"], name="inbound_unique_event_id")
+        ]
+        indexes = [
+            models.Index(fields=["status", "received_at"], name="inbound_status_received"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_id} {self.event_id}"
 
 
 class WebhookEndpoint(models.Model):

@@ -111,6 +111,14 @@ EVENT_TYPES = [
 ]
 
 
+class InboundOut(serializers.Serializer):
+    id = serializers.CharField()
+    event_id = serializers.CharField()
+    status = serializers.CharField()
+    operation = serializers.CharField(allow_null=True)
+    duplicate = serializers.BooleanField()
+
+
 class WebhookEndpointIn(StrictSerializer):
     url = serializers.URLField(max_length=2000)
     events = serializers.ListField(

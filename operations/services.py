@@ -15,6 +15,7 @@ Rules (style.md):
 import fnmatch
 import hashlib
 import logging
+import re
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -35,15 +36,16 @@ from approvals.models import ApprovalRequest
 from approvals.policy import evaluate as evaluate_policy
 from approvals.policy import is_missing, resolve_pointer
 
-from . import errors, machine
+from . import errors, machine, telemetry
 from .arguments import freeze_arguments, validate_arguments
 from .canonical import canonical_json, intent_hash, sha256_hex
 from .contracts import normalize_contract, weakenings
-from .crypto import encrypt
+from .crypto import decrypt, encrypt
 from .machine import Status, Verdict
 from .models import (
     Attempt,
     Event,
+    InboundEvent,
     Operation,
     OutboxMessage,
     Resolution,
@@ -56,10 +58,12 @@ from .models import (
     WebhookEndpoint,
 )
 from .webhooks import new_secret as webhooks_new_secret
+from .webhooks import verify as webhooks_verify
 
 logger = logging.getLogger(__name__)
 
 GENESIS_HASH = "0" * 64
+TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 TOKEN_PREFIX = "egr_"  # noqa: S105 (a recognisable prefix, not a secret)
 AttemptStatus = Attempt.AttemptStatus
 
@@ -194,6 +198,8 @@ def _transition(
         now=now,
     )
     outbox_enqueue(op=op, event_type=f"operation.{to}", now=now)
+    if to in machine.TERMINAL and telemetry.enabled():
+        transaction.on_commit(partial(telemetry.export_operation, op.id))
     return event
 
 
@@ -216,7 +222,7 @@ def _record(
 def _lock(operation_id: str) -> Operation:
     return (
         Operation.objects.select_for_update(of=("self",))
-        .select_related("tool_version", "tool", "run", "runner")
+        .select_related("tool_version", "tool", "tool__active_version", "run", "runner")
         .get(pk=operation_id)
     )
 
@@ -816,6 +822,7 @@ def operation_register(
     approval: dict[str, Any] | None = None,
     claim_lease_s: int | None = None,
     retry_of: str | None = None,
+    traceparent: str = "",
 ) -> Registration:
     """Register one intended side effect, or return the one already registered.
 
@@ -885,6 +892,7 @@ def operation_register(
             turn=turn,
             status_changed_at=now,
             previous=previous,
+            traceparent=traceparent if TRACEPARENT.match(traceparent) else "",
         )
         try:
             with transaction.atomic():
@@ -1021,6 +1029,9 @@ def _claim_locked(
             )
             return errors.GrantInvalid(f"The grant cannot be used: {problem}.")
 
+    refusal = _breaker_admits_locked(op, now=now)
+    if refusal is not None:
+        return refusal
     if op.not_before is not None and op.not_before > now:
         return errors.RetryLater(
             f"The next attempt may start at {_iso(op.not_before)}.",
@@ -1087,6 +1098,324 @@ def _claim_locked(
 
 
 # ---------------------------------------------------------------------------------------
+# Circuit breakers (contract block "breaker")
+
+
+def _breaker_config(op: Operation) -> dict[str, Any] | None:
+    # The tool's active contract governs its breaker: it protects the downstream service,
+    # whichever version an operation was registered under.
+    active = op.tool.active_version
+    return (active.contract if active is not None else op.tool_version.contract).get("breaker")
+
+
+def _breaker_event(tool: Tool, kind: str, *, actor: Actor, now: datetime, **data: Any) -> None:
+    event_append(
+        stream=f"tool:{tool.name}",
+        kind=kind,
+        actor=actor,
+        tool_name=tool.name,
+        data={"state": tool.breaker_state, "failures": tool.breaker_failures, **data},
+        now=now,
+    )
+
+
+def _breaker_admits_locked(op: Operation, *, now: datetime) -> errors.DomainError | None:
+    """Refuse a claim while the tool's breaker is open; let one probe through after.
+
+    Open: refused until the cool-down has passed. Then half-open: this claim becomes the
+    one probe; other claims wait while the probe executes. The probe's outcome closes
+    or reopens the breaker (``_breaker_record_locked``).
+    """
+    config = _breaker_config(op)
+    if config is None or op.tool.breaker_state == Tool.BreakerState.CLOSED:
+        return None
+    tool = Tool.objects.select_for_update().get(pk=op.tool_id)
+    State = Tool.BreakerState
+    system = Actor.system("breaker")
+    if tool.breaker_state == State.OPEN:
+        until = tool.breaker_opened_at + timedelta(seconds=config["cooldown_s"])
+        if now < until:
+            return errors.RetryLater(
+                f"The circuit breaker of {tool.name} is open until {_iso(until)}.",
+                retry_after_ms=_retry_after_ms(until, now),
+                breaker="open",
+            )
+        tool.breaker_state = State.HALF_OPEN
+        tool.breaker_probe = op
+        tool.save(update_fields=["breaker_state", "breaker_probe"])
+        _breaker_event(tool, "breaker_half_open", actor=system, now=now, probe=op.id)
+        return None
+    if tool.breaker_state == State.HALF_OPEN and tool.breaker_probe_id != op.id:
+        probe = Operation.objects.filter(pk=tool.breaker_probe_id).only("status").first()
+        if probe is not None and probe.status == Status.EXECUTING:
+            return errors.RetryLater(
+                f"The circuit breaker of {tool.name} is half-open: one probe is running.",
+                retry_after_ms=1000,
+                breaker="half_open",
+            )
+        tool.breaker_probe = op
+        tool.save(update_fields=["breaker_probe"])
+        _breaker_event(tool, "breaker_half_open", actor=system, now=now, probe=op.id)
+    return None
+
+
+def _breaker_record_locked(op: Operation, *, succeeded: bool, code: str, now: datetime) -> None:
+    """Count an outcome towards the tool's breaker: consecutive failures open it."""
+    config = _breaker_config(op)
+    if config is None:
+        return
+    failed = not succeeded and code in config["failure_codes"]
+    State = Tool.BreakerState
+    cached = op.tool
+    is_probe = cached.breaker_state == State.HALF_OPEN and cached.breaker_probe_id == op.id
+    if succeeded and cached.breaker_state == State.CLOSED and cached.breaker_failures == 0:
+        return
+    if not succeeded and not failed and not is_probe:
+        return
+    tool = Tool.objects.select_for_update().get(pk=op.tool_id)
+    system = Actor.system("breaker")
+    if succeeded:
+        was_closed = tool.breaker_state == State.CLOSED
+        tool.breaker_state, tool.breaker_failures, tool.breaker_probe = State.CLOSED, 0, None
+        tool.save(update_fields=["breaker_state", "breaker_failures", "breaker_probe"])
+        if not was_closed:
+            _breaker_event(tool, "breaker_closed", actor=system, now=now, operation=op.id)
+    elif failed and tool.breaker_state == State.HALF_OPEN:
+        tool.breaker_state, tool.breaker_opened_at, tool.breaker_probe = State.OPEN, now, None
+        tool.save(update_fields=["breaker_state", "breaker_opened_at", "breaker_probe"])
+        _breaker_event(
+            tool,
+            "breaker_opened",
+            actor=system,
+            now=now,
+            reason="the probe failed",
+            code=code,
+            operation=op.id,
+        )
+    elif failed and tool.breaker_state == State.CLOSED:
+        tool.breaker_failures += 1
+        if tool.breaker_failures >= config["threshold"]:
+            tool.breaker_state, tool.breaker_opened_at = State.OPEN, now
+            tool.save(update_fields=["breaker_failures", "breaker_state", "breaker_opened_at"])
+            _breaker_event(
+                tool,
+                "breaker_opened",
+                actor=system,
+                now=now,
+                reason=f"{tool.breaker_failures} consecutive failures",
+                code=code,
+            )
+        else:
+            tool.save(update_fields=["breaker_failures"])
+    elif is_probe:
+        # The probe ended in a way that says nothing about the service (a permanent
+        # error of its own, say): stay half-open and let the next claim probe.
+        tool.breaker_probe = None
+        tool.save(update_fields=["breaker_probe"])
+
+
+def tool_breaker_set(*, tool: Tool, open_it: bool, user: Any) -> Tool:
+    """A person opens or closes a tool's breaker by hand."""
+    if not user.is_active or not user.has_perm("operations.activate_tool", tool):
+        raise PermissionRefused("You may not operate the circuit breaker of this tool.")
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update().get(pk=tool.pk)
+        now = timezone.now()
+        State = Tool.BreakerState
+        if open_it:
+            tool.breaker_state, tool.breaker_opened_at, tool.breaker_probe = State.OPEN, now, None
+        else:
+            tool.breaker_state, tool.breaker_failures, tool.breaker_probe = State.CLOSED, 0, None
+        tool.save(
+            update_fields=[
+                "breaker_state",
+                "breaker_opened_at",
+                "breaker_failures",
+                "breaker_probe",
+            ]
+        )
+        kind = "breaker_forced_open" if open_it else "breaker_forced_closed"
+        _breaker_event(tool, kind, actor=Actor.of_user(user), now=now)
+    return tool
+
+
+# ---------------------------------------------------------------------------------------
+# Inbound provider events (contract block "inbound")
+
+INBOUND_TOLERANCE = timedelta(minutes=5)
+
+
+def tool_inbound_secret_set(*, tool: Tool, secret: str, actor: Actor) -> Tool:
+    """Set the secret that signs a provider's events for this tool (never logged)."""
+    if not secret.startswith("whsec_"):
+        raise errors.InvalidRequest("Inbound secrets are whsec_... strings (Standard Webhooks).")
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update().get(pk=tool.pk)
+        tool.inbound_secret_encrypted = encrypt(secret)
+        tool.save(update_fields=["inbound_secret_encrypted"])
+        event_append(
+            stream=f"tool:{tool.name}", kind="inbound_secret_set", actor=actor, tool_name=tool.name
+        )
+    return tool
+
+
+@dataclass(frozen=True)
+class InboundReceipt:
+    event: InboundEvent
+    duplicate: bool
+
+
+def inbound_receive(*, tool_name: str, headers: dict[str, str], body: bytes) -> InboundReceipt:
+    """Verify and record a provider's event, then apply it as evidence.
+
+    1. The tool must have an inbound mapping and a secret; the Standard Webhooks
+       signature must verify and the timestamp lie within five minutes of now.
+    2. The event is recorded under a unique (tool, event id) and committed before any
+       other work: a duplicate delivery answers as such and changes nothing.
+    3. It is then matched and applied (``inbound_apply``); if that fails, the event stays
+       ``received`` and the sweep applies it later.
+    """
+    from .parsers import loads_strict
+
+    tool = Tool.objects.select_related("active_version").filter(pk=tool_name).first()
+    config = tool.active_version.contract.get("inbound") if tool and tool.active_version else None
+    if tool is None or config is None or not tool.inbound_secret_encrypted:
+        raise errors.NotFound(f"No inbound events are configured for {tool_name!r}.")
+    msg_id = headers.get("webhook-id", "")
+    stamp = headers.get("webhook-timestamp", "")
+    signature = headers.get("webhook-signature", "")
+    if not (msg_id and stamp.isdigit() and signature):
+        raise errors.InvalidSignature("webhook-id, webhook-timestamp and webhook-signature needed.")
+    secret = decrypt(tool.inbound_secret_encrypted)
+    if not webhooks_verify(secret, msg_id, int(stamp), body, signature):
+        raise errors.InvalidSignature("No signature matches the tool's inbound secret.")
+    now = timezone.now()
+    sent_at = datetime.fromtimestamp(int(stamp), tz=UTC)
+    if abs(now - sent_at) > INBOUND_TOLERANCE:
+        raise errors.StaleEvent(f"The event was signed at {_iso(sent_at)}; replays are refused.")
+    payload = loads_strict(body)
+    try:
+        with transaction.atomic():
+            event = InboundEvent.objects.create(
+                tool=tool,
+                event_id=msg_id[:255],
+                sent_at=sent_at,
+                received_at=now,
+                payload=payload if isinstance(payload, dict) else {"payload": payload},
+            )
+    except IntegrityError:
+        return InboundReceipt(InboundEvent.objects.get(tool=tool, event_id=msg_id[:255]), True)
+    try:
+        event = inbound_apply(event_id=event.pk)
+    except Exception:
+        logger.exception("Inbound event %s recorded but not applied; the sweep retries.", event.pk)
+    return InboundReceipt(event, False)
+
+
+def inbound_apply(*, event_id: str) -> InboundEvent:
+    """Match a recorded event to an operation and apply it as reconciliation evidence.
+
+    A success closes an ``outcome_unknown`` or ``executing`` operation as succeeded (an
+    executing attempt becomes stale); a definitive failure takes the ``not_found`` path
+    of an ``outcome_unknown`` operation. Anything else is kept as evidence on the trace.
+    """
+    Inbound = InboundEvent.InboundStatus
+    with transaction.atomic():
+        event = (
+            InboundEvent.objects.select_for_update()
+            .select_related("tool__active_version")
+            .get(pk=event_id)
+        )
+        if event.status != Inbound.RECEIVED:
+            return event
+        now = timezone.now()
+        config = event.tool.active_version.contract.get("inbound") or {}
+        event_type = resolve_pointer(event.payload, config.get("type", "/type"))
+        event.event_type = str(event_type)[:255] if not is_missing(event_type) else ""
+        if event.event_type in config.get("succeeded", []):
+            event.outcome = "succeeded"
+        elif event.event_type in config.get("failed", []):
+            event.outcome = "failed"
+        reference = _inbound_value(event.payload, config.get("downstream_id"))
+        candidates = Operation.objects.filter(tool=event.tool)
+        match = None
+        key = _inbound_value(event.payload, config.get("idempotency_key"))
+        if key:
+            match = candidates.filter(idempotency_key=key).values_list("pk", flat=True).first()
+        if match is None and reference:
+            match = candidates.filter(downstream_id=reference).values_list("pk", flat=True).first()
+        event.processed_at = now
+        if match is None:
+            event.status = Inbound.UNMATCHED
+            event.save()
+            return event
+        op = _lock(match)
+        event.operation = op
+        actor = Actor.system("inbound")
+        data = {
+            "inbound_event": event.id,
+            "event_id": event.event_id,
+            "event_type": event.event_type,
+            "outcome": event.outcome or None,
+            "downstream_id": reference or None,
+            "source": "inbound",
+        }
+        if event.outcome == "succeeded" and op.status in (
+            Status.OUTCOME_UNKNOWN,
+            Status.EXECUTING,
+        ):
+            if op.status == Status.EXECUTING:
+                current = _current_attempt(op)
+                if current is not None:
+                    current.status = AttemptStatus.SUPERSEDED
+                    current.closed_at = now
+                    current.save(update_fields=["status", "closed_at"])
+            _enter(
+                op,
+                to=Status.SUCCEEDED,
+                kind="reconciled",
+                actor=actor,
+                now=now,
+                data={**data, "result": "committed"},
+                downstream_id=reference or op.downstream_id,
+                error_code="",
+                error_detail="",
+                unknown_sticky=False,
+            )
+            event.status = Inbound.APPLIED
+        elif event.outcome == "failed" and op.status == Status.OUTCOME_UNKNOWN:
+            _reconcile_locked(
+                op, result="not_found", actor=actor, now=now, data={**data, "result": "not_found"}
+            )
+            event.status = Inbound.APPLIED
+        else:
+            _record(op, kind="inbound_evidence", actor=actor, now=now, data=data)
+            event.status = Inbound.MATCHED
+        event.save()
+    return event
+
+
+def _inbound_value(payload: Any, pointer: str | None) -> str:
+    if not pointer:
+        return ""
+    value = resolve_pointer(payload, pointer)
+    return str(value)[:255] if not is_missing(value) and value is not None else ""
+
+
+def inbound_apply_pending(*, limit: int = 100) -> int:
+    """Apply events that were recorded but not applied (sweep step)."""
+    pending = list(
+        InboundEvent.objects.filter(
+            status=InboundEvent.InboundStatus.RECEIVED,
+            received_at__lte=timezone.now() - timedelta(seconds=10),
+        ).values_list("pk", flat=True)[:limit]
+    )
+    for event_id in pending:
+        inbound_apply(event_id=event_id)
+    return len(pending)
+
+
+# ---------------------------------------------------------------------------------------
 # Outcomes, leases and late results
 
 
@@ -1128,6 +1457,7 @@ def _settle(
     sticky = op.unknown_sticky or (kind == "unknown" and machine.is_write(op.effect_class))
     data = {"attempt": attempt_number, "kind": kind, "code": code, "verdict": verdict.value}
     common = {"actor": actor, "now": now, "kind": event_kind, "unknown_sticky": sticky}
+    _breaker_record_locked(op, succeeded=kind == "succeeded", code=code, now=now)
 
     if verdict == Verdict.SUCCEEDED:
         _enter(

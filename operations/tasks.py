@@ -40,6 +40,11 @@ def deliver_webhooks() -> int:
 
 
 @shared_task(**IDEMPOTENT)
+def apply_inbound() -> int:
+    return services.inbound_apply_pending()
+
+
+@shared_task(**IDEMPOTENT)
 def prune_deliveries() -> int:
     return webhooks.prune(older_than=timedelta(days=settings.WEBHOOK_RETENTION_DAYS))
 

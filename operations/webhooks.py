@@ -61,6 +61,16 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
+def verify(secret: str, msg_id: str, timestamp: int, body: bytes, header: str) -> bool:
+    """Whether any ``v1,`` signature in ``header`` matches (constant-time comparison)."""
+    expected = sign(secret, msg_id, timestamp, body)
+    return any(
+        hmac.compare_digest(candidate, expected)
+        for candidate in header.split()
+        if candidate.startswith("v1,")
+    )
+
+
 def signing_secrets(endpoint: WebhookEndpoint, now: datetime) -> list[str]:
     """The current secret, plus the previous one during a rotation's overlap."""
     found = [decrypt(endpoint.secret_encrypted)]

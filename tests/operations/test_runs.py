@@ -55,9 +55,13 @@ def test_turn_budget_refuses_a_registration_past_it(api):
     api.tool("t")
     run = api.run(max_turns=2)
     api.register(run, "t", turn=2)
-    count = Operation.objects.count()
-    assert api.register(run, "t", turn=3, expect=409)["code"] == "budget_exhausted"
-    assert Operation.objects.count() == count
+    before = (Operation.objects.count(), Event.objects.count())
+    refusal = api.register(run, "t", turn=3, expect=409)
+    assert (refusal["code"], refusal["budget"]) == ("budget_exhausted", "max_turns")
+    assert (Operation.objects.count(), Event.objects.count()) == before
+    stored = Run.objects.get(pk=run)
+    assert (stored.turns, stored.tool_calls) == (2, 1)
+    assert api.get(f"/api/v1/runs/{run}").json()["usage"]["turns"] == 2
 
 
 def test_run_deadline_refuses_registrations_and_the_sweep_expires_the_run(api):

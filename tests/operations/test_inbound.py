@@ -1,0 +1,188 @@
+"""Inbound provider events: signed evidence that resolves unknown operations."""
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+from rest_framework.test import APIClient
+from standardwebhooks.webhooks import Webhook
+
+from operations.models import Event, InboundEvent, Operation, Tool
+from tests.conftest import contract
+
+INBOUND = {
+    "idempotency_key": "/data/metadata/idempotency_key",
+    "downstream_id": "/data/id",
+    "type": "/type",
+    "succeeded": ["refund.succeeded"],
+    "failed": ["refund.failed"],
+}
+
+
+@pytest.fixture
+def provider(api, capsys):
+    api.tool("refund", contract("irreversible", approval={"mode": "never"}, inbound=INBOUND))
+    call_command("tool", "inbound-secret", "refund")
+    secret = capsys.readouterr().out.strip().splitlines()[-1]
+    assert secret.startswith("whsec_")
+    assert secret not in str(list(Event.objects.values_list("data", flat=True)))
+    return Webhook(secret)
+
+
+def _send(signer, payload, *, msg_id="evt_1", at=None, body=None, tool="refund"):
+    body = body if body is not None else json.dumps(payload).encode()
+    at = at or timezone.now()
+    signature = signer.sign(msg_id, at, body.decode())
+    return APIClient().post(
+        f"/api/v1/inbound/{tool}",
+        body,
+        content_type="application/json",
+        HTTP_WEBHOOK_ID=msg_id,
+        HTTP_WEBHOOK_TIMESTAMP=str(int(at.timestamp())),
+        HTTP_WEBHOOK_SIGNATURE=signature,
+    )
+
+
+def _unknown(api):
+    op = api.register(api.run(), "refund")
+    api.claim(op["id"])
+    api.outcome(op["id"], 1, {"kind": "unknown", "code": "timeout_unknown"})
+    return op
+
+
+def _event(op, kind="refund.succeeded", ref="re_77"):
+    return {
+        "type": kind,
+        "data": {"id": ref, "metadata": {"idempotency_key": op["idempotency_key"]}},
+    }
+
+
+def test_a_signed_success_event_resolves_an_unknown_operation(api, provider):
+    op = _unknown(api)
+    response = _send(provider, _event(op))
+    assert response.status_code == 200
+    assert response.json()["status"] == "applied"
+    stored = Operation.objects.get(pk=op["id"])
+    assert (stored.status, stored.downstream_id) == ("succeeded", "re_77")
+    event = Event.objects.get(stream=op["id"], kind="reconciled")
+    assert (event.actor, event.data["source"]) == ("system:inbound", "inbound")
+
+
+def test_a_success_event_for_an_executing_operation_makes_the_attempt_stale(api, provider):
+    op = api.register(api.run(), "refund")
+    api.claim(op["id"])
+    _send(provider, _event(op))
+    assert Operation.objects.get(pk=op["id"]).status == "succeeded"
+    assert api.outcome(op["id"], 1, {"kind": "succeeded"}, expect=409)["code"] == "stale_attempt"
+
+
+def test_a_definitive_failure_takes_the_not_found_path(api, provider):
+    op = _unknown(api)
+    _send(provider, _event(op, kind="refund.failed"))
+    # Irreversible: not found means a new approval before the next attempt.
+    assert Operation.objects.get(pk=op["id"]).status == "awaiting_approval"
+
+
+def test_matching_by_downstream_reference(api, provider):
+    op = api.register(api.run(), "refund")
+    api.claim(op["id"])
+    api.outcome(op["id"], 1, {"kind": "succeeded", "downstream_id": "re_5"})
+    response = _send(provider, {"type": "refund.updated", "data": {"id": "re_5"}})
+    assert response.json() == {
+        "id": response.json()["id"],
+        "event_id": "evt_1",
+        "status": "matched",
+        "operation": op["id"],
+        "duplicate": False,
+    }
+    assert Event.objects.filter(stream=op["id"], kind="inbound_evidence").count() == 1
+
+
+def test_a_duplicate_delivery_answers_200_and_changes_nothing(api, provider):
+    op = _unknown(api)
+    first = _send(provider, _event(op))
+    events = Event.objects.count()
+    again = _send(provider, _event(op))
+    assert again.status_code == 200
+    assert again.json()["duplicate"] is True
+    assert again.json()["id"] == first.json()["id"]
+    assert Event.objects.count() == events
+    assert InboundEvent.objects.count() == 1
+
+
+def test_a_tampered_event_is_refused_and_nothing_is_recorded(api, provider):
+    op = _unknown(api)
+    body = json.dumps(_event(op)).encode()
+    at = timezone.now()
+    signature = provider.sign("evt_9", at, body.decode())
+    response = APIClient().post(
+        "/api/v1/inbound/refund",
+        body.replace(b"re_77", b"re_78"),
+        content_type="application/json",
+        HTTP_WEBHOOK_ID="evt_9",
+        HTTP_WEBHOOK_TIMESTAMP=str(int(at.timestamp())),
+        HTTP_WEBHOOK_SIGNATURE=signature,
+    )
+    assert response.status_code == 401
+    assert response.json()["code"] == "invalid_signature"
+    assert not InboundEvent.objects.exists()
+    assert Operation.objects.get(pk=op["id"]).status == "outcome_unknown"
+
+
+@pytest.mark.parametrize("skew", [timedelta(minutes=-6), timedelta(minutes=6)])
+def test_stale_or_future_timestamps_are_refused(api, provider, skew):
+    op = _unknown(api)
+    response = _send(provider, _event(op), at=timezone.now() + skew)
+    assert response.status_code == 400
+    assert response.json()["code"] == "stale_event"
+    assert not InboundEvent.objects.exists()
+
+
+def test_a_replay_of_an_old_event_is_refused_even_with_a_new_id(api, provider):
+    op = _unknown(api)
+    old = timezone.now() - timedelta(minutes=10)
+    assert _send(provider, _event(op), msg_id="evt_new", at=old).status_code == 400
+
+
+def test_an_unmatched_event_is_kept(api, provider):
+    response = _send(provider, {"type": "refund.succeeded", "data": {"id": "re_unknown"}})
+    assert response.json()["status"] == "unmatched"
+    kept = InboundEvent.objects.get()
+    assert kept.status == "unmatched"
+    assert kept.payload["data"]["id"] == "re_unknown"
+
+
+def test_tools_without_inbound_configuration_answer_404(api, provider):
+    api.tool("plain", contract("idempotent"))
+    assert _send(provider, {"type": "x"}, tool="plain").status_code == 404
+    assert _send(provider, {"type": "x"}, tool="nope").status_code == 404
+
+
+def test_inbound_mapping_changes_are_weakenings(api, provider):
+    changed = dict(INBOUND, succeeded=["refund.created"])
+    body = api.put(
+        "/api/v1/tools/refund",
+        contract("irreversible", approval={"mode": "never"}, inbound=changed),
+    ).json()
+    assert body["active"] is False
+    assert "another inbound event mapping" in body["weakens"]
+    assert Tool.objects.get(pk="refund").active_version.number == 1
+
+
+def test_recorded_but_unapplied_events_are_applied_by_the_sweep(api, provider, monkeypatch):
+    from operations import services
+
+    op = _unknown(api)
+
+    def broken(**kwargs):
+        raise RuntimeError("database hiccup")
+
+    monkeypatch.setattr(services, "inbound_apply", broken)
+    assert _send(provider, _event(op)).status_code == 200
+    assert InboundEvent.objects.get().status == "received"
+    monkeypatch.undo()
+    InboundEvent.objects.update(received_at=timezone.now() - timedelta(seconds=11))
+    assert services.inbound_apply_pending() == 1
+    assert Operation.objects.get(pk=op["id"]).status == "succeeded"
