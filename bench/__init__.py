@@ -1,0 +1,1 @@
+"""Benchmarks that prove Effectgate's claims with figures: ``make chaos``, ``make bench``."""
