@@ -1,7 +1,7 @@
 from django.urls import path
 
 from . import views
-from .pages import audit, dashboard, runs, tools
+from .pages import audit, dashboard, inbound, runs, tools
 from .pages import operations as operations_pages
 
 app_name = "console"
@@ -22,13 +22,13 @@ urlpatterns = [
         views.operation_compensated,
         name="operation-compensated",
     ),
+    path("webhooks/<str:message_id>/redeliver", views.webhook_redeliver, name="webhook-redeliver"),
     path(
         "operations/<str:operation_id>/resolutions/<str:resolution_id>",
         views.resolution_confirm,
         name="resolution-confirm",
     ),
 ]
-
 
 # The rest of the console (issue 7): each page family lives in console/pages/.
 urlpatterns += [
@@ -47,4 +47,8 @@ urlpatterns += [
     path("audit/", audit.audit, name="audit"),
     path("audit/export.<str:fmt>", audit.audit_export, name="audit-export"),
     path("dashboard/", dashboard.dashboard, name="dashboard"),
+]
+
+urlpatterns += [
+    path("inbound/", inbound.inbound_events, name="inbound"),
 ]

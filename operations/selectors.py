@@ -32,6 +32,7 @@ from .errors import NotFound
 from .machine import TERMINAL, Status
 from .models import (
     Event,
+    InboundEvent,
     Operation,
     OutboxMessage,
     Run,
@@ -730,3 +731,17 @@ def dashboard_backlog(
             }
         )
     return series
+
+
+def inbound_events_for_user(
+    *, user: Any, status: str | None = None, tool: str | None = None
+) -> QuerySet[InboundEvent]:
+    """Provider events of the tools a person may see, newest first."""
+    queryset = InboundEvent.objects.filter(tool__in=tools_for_user(user)).select_related(
+        "operation"
+    )
+    if status:
+        queryset = queryset.filter(status=status)
+    if tool:
+        queryset = queryset.filter(tool_id=tool)
+    return queryset.order_by("-received_at", "-id")

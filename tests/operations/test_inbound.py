@@ -186,3 +186,22 @@ def test_recorded_but_unapplied_events_are_applied_by_the_sweep(api, provider, m
     InboundEvent.objects.update(received_at=timezone.now() - timedelta(seconds=11))
     assert services.inbound_apply_pending() == 1
     assert Operation.objects.get(pk=op["id"]).status == "succeeded"
+
+
+def test_unmatched_events_are_shown_in_the_console(api, provider):
+    from django.test import Client
+    from guardian.shortcuts import assign_perm
+
+    from tests.approvals.conftest import person
+
+    _send(provider, {"type": "refund.succeeded", "data": {"id": "re_orphan"}}, msg_id="evt_o")
+    support = person()
+    assign_perm("operations.reconcile_tool", support, Tool.objects.get(pk="refund"))
+    client = Client()
+    client.force_login(support)
+    html = client.get("/inbound/", {"status": "unmatched"}).content.decode()
+    assert "evt_o" in html
+    assert "re_orphan" in html
+    outsider = Client()
+    outsider.force_login(person())
+    assert "evt_o" not in outsider.get("/inbound/").content.decode()

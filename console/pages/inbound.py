@@ -1,0 +1,29 @@
+"""Inbound provider events: what providers reported, matched or not."""
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from operations import selectors
+from operations.models import InboundEvent
+
+from .common import text_param
+
+
+@require_GET
+@login_required
+def inbound_events(request: HttpRequest) -> HttpResponse:
+    status = text_param(request, "status")
+    if status not in InboundEvent.InboundStatus.values:
+        status = None
+    tool = text_param(request, "tool")
+    events = selectors.inbound_events_for_user(user=request.user, status=status, tool=tool)
+    context = {
+        "events": list(events[:200]),
+        "status": status,
+        "statuses": InboundEvent.InboundStatus.values,
+        "tool": tool,
+        "tools": selectors.tools_for_user(request.user).order_by("name"),
+    }
+    return render(request, "console/inbound.html", context)
