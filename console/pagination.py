@@ -44,9 +44,10 @@ def keyset_page(
     *,
     key: str = "id",
     cast: Callable[[str], Any] = str,
-    size: int = PAGE_SIZE,
+    size: int | None = None,
 ) -> KeysetPage:
     """The page of ``queryset`` (newest first by ``key``) that the request asks for."""
+    size = size or PAGE_SIZE
     before = _cursor(request, "before", cast)
     after = _cursor(request, "after", cast)
     if after is not None and before is None:
