@@ -238,7 +238,7 @@ class RunReport:
     answers: dict[str, str]
     crashes: int
     wall_s: float
-    run_id: str | None = None
+    run_ids: list[str] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -286,13 +286,20 @@ def run_effectgate(
     *,
     workers: int = 16,
     timeout_s: float = 1.0,
-    lease_s: int = 2,
+    lease_s: int = 3,
+    runs: int = 64,
     progress: Progress | None = None,
 ) -> RunReport:
-    """Register the tool, open a run, and execute every refund through the client."""
+    """Register the tool, open ``runs`` runs (agent conversations; refund ``i`` belongs
+    to run ``i % runs``, so a redelivered job finds its run again) and execute every
+    refund through the client. One run would serialize every registration on the
+    run's row lock, which is how run budgets are kept exact, not how agents work."""
     with EffectgateClient(base_url, token) as setup:
         setup.put_tool(TOOL, refund_contract(provider.lookup_template))
-        run_id = setup.create_run(principal="user:chaos", external_id="chaos")["id"]
+        run_ids = [
+            setup.create_run(principal="user:chaos", external_id=f"chaos-{index}")["id"]
+            for index in range(runs)
+        ]
 
     def make_worker() -> tuple[Job, Callable[[], None]]:
         client = EffectgateClient(base_url, token, timeout=30)
@@ -320,7 +327,7 @@ def run_effectgate(
         def job(ref: str) -> str:
             try:
                 result = runner.execute(
-                    run=run_id,
+                    run=run_ids[int(ref.rsplit("_", 1)[1]) % runs],
                     tool=TOOL,
                     operation_key=KEY_PREFIX + ref,
                     arguments={"payment_id": ref, "amount_cents": amount_cents(ref)},
@@ -340,7 +347,7 @@ def run_effectgate(
 
     started = time.monotonic()
     answers, crashes = run_jobs(items, make_worker, workers=workers, progress=progress)
-    return RunReport("effectgate", answers, crashes, time.monotonic() - started, run_id=run_id)
+    return RunReport("effectgate", answers, crashes, time.monotonic() - started, run_ids=run_ids)
 
 
 def _parse_time(value: str) -> datetime:
@@ -348,7 +355,7 @@ def _parse_time(value: str) -> datetime:
 
 
 def settle(
-    base_url: str, token: str, run_id: str, *, timeout_s: float = 120.0, probe_slack_s: float = 2
+    base_url: str, token: str, *, tool: str = TOOL, timeout_s: float = 120.0, slack_s: float = 2
 ) -> bool:
     """Wait for the time-driven work to finish what it can: no live lease left, no
     probe due soon. True when settled, False when ``timeout_s`` ran out first."""
@@ -356,11 +363,11 @@ def settle(
     quiet_checks = 0
     with EffectgateClient(base_url, token) as client:
         while time.monotonic() < deadline:
-            executing = next(iter(client.list_operations(status="executing", run=run_id)), None)
-            soon = datetime.now(UTC) + timedelta(seconds=probe_slack_s)
+            executing = next(iter(client.list_operations(status="executing", tool=tool)), None)
+            soon = datetime.now(UTC) + timedelta(seconds=slack_s)
             due = [
                 op
-                for op in client.list_operations(status="outcome_unknown", run=run_id)
+                for op in client.list_operations(status="outcome_unknown", tool=tool)
                 if op.get("next_probe_at") and _parse_time(op["next_probe_at"]) <= soon
             ]
             quiet_checks = quiet_checks + 1 if executing is None and not due else 0
@@ -373,7 +380,7 @@ def settle(
 # --- accounting ---------------------------------------------------------------------------
 
 
-def effectgate_ledger(run_id: str) -> dict[str, dict[str, Any]]:
+def effectgate_ledger(run_ids: list[str]) -> dict[str, dict[str, Any]]:
     """Effectgate's view of each logical refund, read from its database (Django ORM):
     ``{payment_id: {"status", "probe": "committed" | "not_found" | None}}``."""
     from operations.models import Event, Operation
@@ -381,12 +388,12 @@ def effectgate_ledger(run_id: str) -> dict[str, dict[str, Any]]:
     probes = {
         operation_id: result
         for operation_id, result in Event.objects.filter(
-            operation__run_id=run_id, kind="reconciled", actor="system:probe"
+            operation__run_id__in=run_ids, kind="reconciled", actor="system:probe"
         ).values_list("operation_id", "data__result")
     }
     return {
         key.removeprefix(KEY_PREFIX): {"status": status, "probe": probes.get(op_id)}
-        for op_id, key, status in Operation.objects.filter(run_id=run_id).values_list(
+        for op_id, key, status in Operation.objects.filter(run_id__in=run_ids).values_list(
             "id", "operation_key", "status"
         )
     }
