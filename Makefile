@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	DEBUG=1 $(PY) manage.py migrate --noinput
 	DEBUG=1 $(PY) manage.py bootstrap_local
+	DEBUG=1 $(PY) manage.py seed_demo
 	@echo "Console: http://127.0.0.1:8000/   API docs: http://127.0.0.1:8000/api/docs/"
 	DEBUG=1 $(PY) manage.py runlocal 127.0.0.1:8000
 
