@@ -60,11 +60,26 @@ def barred_user_ids(request: ApprovalRequest) -> set[int]:
     return set(request.context.get("barred_user_ids", []))
 
 
-def may_decide(*, user: Any, request: ApprovalRequest, tool: Any) -> str | None:
+SECOND_FACTOR_REFUSAL = (
+    "Deciding on this operation needs a one-time password: verify your session with "
+    "your authenticator app first."
+)
+
+
+def may_decide(
+    *,
+    user: Any,
+    request: ApprovalRequest,
+    tool: Any,
+    second_factor_required: bool = False,
+    second_factor_verified: bool = False,
+) -> str | None:
     """Why ``user`` may not decide on ``request``, or None if they may.
 
     The one access function for decisions. Superusers are not exempt: the rules exist
-    so that no single person moves money alone.
+    so that no single person moves money alone. Whether a second factor is required and
+    whether the person's session has one are the caller's to say (this app knows
+    neither effect classes nor requests).
     """
     if not user.is_active:
         return "Your account is inactive."
@@ -77,6 +92,8 @@ def may_decide(*, user: Any, request: ApprovalRequest, tool: Any) -> str | None:
         )
     if request.decisions.filter(user=user).exists():
         return "You have already decided on this request; a quorum needs distinct people."
+    if second_factor_required and not second_factor_verified:
+        return SECOND_FACTOR_REFUSAL
     return None
 
 
@@ -97,6 +114,8 @@ def decision_record(
     approve: bool,
     comment: str,
     now=None,
+    second_factor_required: bool = False,
+    second_factor_verified: bool = False,
 ) -> DecisionResult:
     """Record one person's decision on a pending request (the caller holds the lock).
 
@@ -109,7 +128,13 @@ def decision_record(
         raise DecisionRefused(f"This request is {request.status}; it takes no more decisions.")
     if request.expires_at <= now:
         raise DecisionRefused("This request has expired.")
-    problem = may_decide(user=user, request=request, tool=tool)
+    problem = may_decide(
+        user=user,
+        request=request,
+        tool=tool,
+        second_factor_required=second_factor_required,
+        second_factor_verified=second_factor_verified,
+    )
     if problem:
         raise PermissionRefused(problem)
     comment = comment.strip()

@@ -52,3 +52,21 @@ urlpatterns += [
 urlpatterns += [
     path("inbound/", inbound.inbound_events, name="inbound"),
 ]
+
+# Security (issue 8): runner tokens for admins, each person's second factor.
+from .pages import account, runners  # noqa: E402
+
+urlpatterns += [
+    path("runners/", runners.runners_list, name="runners"),
+    path("runners/<str:runner_id>/", runners.runner_detail, name="runner"),
+    path("runners/<str:runner_id>/tokens", runners.token_issue, name="runner-token-issue"),
+    path(
+        "runners/<str:runner_id>/tokens/<str:token_id>/revoke",
+        runners.token_revoke,
+        name="runner-token-revoke",
+    ),
+    path("account/", account.account, name="account"),
+    path("account/totp", account.totp_start, name="account-totp-start"),
+    path("account/totp/confirm", account.totp_confirm, name="account-totp-confirm"),
+    path("account/verify", account.verify, name="account-verify"),
+]

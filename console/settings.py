@@ -8,6 +8,7 @@ README.md lists each variable.
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -64,6 +65,11 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "guardian",
+    "pgtrigger",
+    "axes",
+    "django_otp",
+    "django_otp.plugins.otp_totp",
+    "csp",
     "approvals",
     "operations",
     "console",
@@ -72,13 +78,19 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # After authentication, messages and htmx: it signs idle or old sessions out.
+    "console.middleware.SessionTimeoutMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes requires: it answers locked-out sign-ins.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "console.urls"
@@ -142,6 +154,8 @@ DATABASES = {"default": _database()}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [
+    # First: refuses sign-ins of a locked-out username and address before any password check.
+    "console.auth_backends.SignInThrottleBackend",
     "django.contrib.auth.backends.ModelBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
@@ -229,6 +243,87 @@ RECONCILE_PROBE_TIMEOUT_S = float(os.environ.get("RECONCILE_PROBE_TIMEOUT_S", "5
 # Unknown outcomes older than this are highlighted in the reconciliation queue.
 RECONCILE_AGE_WARNING_S = int(os.environ.get("RECONCILE_AGE_WARNING_S", "900"))
 
+# OpenTelemetry traces (operations/telemetry.py): off unless an OTLP endpoint is set. The
+# exporter reads the standard OTEL_EXPORTER_OTLP_* variables itself.
+OTEL_EXPORTER_OTLP_ENDPOINT = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+OTEL_RECORD_ARGUMENTS = _env_bool("OTEL_RECORD_ARGUMENTS", False)
+
 # Lease defaults for claims (seconds).
 LEASE_DEFAULT_S = 30
 LEASE_MAX_S = 3600
+
+# ---------------------------------------------------------------------------------------
+# Security and hardening (docs/security.md). Off DEBUG, cookies are Secure and HSTS is
+# sent; `python manage.py check --deploy` passes with zero warnings once the production
+# variables of docs/deployment.md are set.
+
+# Console sessions: idle and absolute timeouts (console.middleware), cookies that scripts
+# cannot read and that other sites' requests carry only on top-level navigation.
+SESSION_IDLE_TIMEOUT_S = int(os.environ.get("SESSION_IDLE_TIMEOUT_S", str(30 * 60)))
+SESSION_ABSOLUTE_TIMEOUT_S = int(os.environ.get("SESSION_ABSOLUTE_TIMEOUT_S", str(12 * 3600)))
+SESSION_COOKIE_AGE = SESSION_ABSOLUTE_TIMEOUT_S
+SESSION_COOKIE_SECURE = _env_bool("SESSION_COOKIE_SECURE", not DEBUG)
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# The console sends the CSRF token from the page (hx-headers), never from the cookie.
+CSRF_COOKIE_HTTPONLY = True
+CSRF_COOKIE_SAMESITE = "Lax"
+
+# HTTPS. Behind a TLS-terminating proxy set BEHIND_TLS_PROXY=1 (it must overwrite
+# X-Forwarded-Proto) and SECURE_SSL_REDIRECT=1 unless the proxy redirects itself.
+if _env_bool("BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT", False)
+SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "0" if DEBUG else "31536000"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = _env_bool("SECURE_HSTS_PRELOAD", True)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# The client address that sign-in throttling and the audit record: REMOTE_ADDR, or, with
+# TRUSTED_PROXY_COUNT proxies in front, the address the outermost proxy saw.
+TRUSTED_PROXY_COUNT = int(os.environ.get("TRUSTED_PROXY_COUNT", "0"))
+
+# Content-Security-Policy (django-csp): no inline script, no eval, nothing from another
+# origin, no framing. Every page of the console, the admin and the API docs keeps to it.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'none'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+    }
+}
+# Swagger UI would otherwise load a badge from the public validator.
+SPECTACULAR_SETTINGS["SWAGGER_UI_SETTINGS"] = {"deepLinking": True, "validatorUrl": None}
+
+# Sign-in throttling (django-axes): after AXES_FAILURE_LIMIT failures for one username
+# from one address, that pair is locked out for AXES_COOLOFF_MINUTES.
+AXES_ENABLED = _env_bool("AXES_ENABLED", True)
+AXES_FAILURE_LIMIT = int(os.environ.get("AXES_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("AXES_COOLOFF_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_CLIENT_IP_CALLABLE = "console.security.client_ip"
+AXES_VERBOSE = False
+# django-axes logs every sign-in at INFO; failures are logged by console.signals instead.
+LOGGING["loggers"]["axes"] = {"level": "WARNING"}
+
+# Second factor (django-otp, TOTP). Optional for everyone; with this on, deciding on an
+# irreversible tool's approvals needs a session verified with a one-time password.
+REQUIRE_TOTP_FOR_IRREVERSIBLE = _env_bool("REQUIRE_TOTP_FOR_IRREVERSIBLE", False)
+OTP_TOTP_ISSUER = os.environ.get("OTP_TOTP_ISSUER", "Effectgate")
+
+# Append-only audit tables (operations/triggers.py): installed by pgtrigger after every
+# migrate, without migration files. SQLite has no such triggers.
+PGTRIGGER_MIGRATIONS = False
+PGTRIGGER_INSTALL_ON_MIGRATE = True

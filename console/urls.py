@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from operations import api
 
@@ -18,7 +18,7 @@ urlpatterns = [
     ),
     path(
         "api/docs/",
-        SpectacularSwaggerView.as_view(
+        SpectacularSwaggerSplitView.as_view(
             url_name="schema", authentication_classes=[], permission_classes=[]
         ),
         name="api-docs",

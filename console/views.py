@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals.errors import DecisionRefused, Refusal
 from approvals.models import ApprovalRequest
-from approvals.services import may_decide
+from approvals.services import SECOND_FACTOR_REFUSAL, may_decide
 from operations import selectors, services
 from operations.canonical import canonical_json
 from operations.errors import NotFound
@@ -77,7 +77,17 @@ def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
     op = approval.operation
     now = timezone.now()
     pending = approval.status == ApprovalRequest.RequestStatus.PENDING
-    refusal = may_decide(user=request.user, request=approval, tool=op.tool) if pending else None
+    refusal = (
+        may_decide(
+            user=request.user,
+            request=approval,
+            tool=op.tool,
+            second_factor_required=services.decision_needs_second_factor(op),
+            second_factor_verified=request.user.is_verified(),
+        )
+        if pending
+        else None
+    )
     comparison = selectors.approval_comparison(approval)
     compared = None
     if comparison is not None:
@@ -104,6 +114,8 @@ def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
         "grant_active": grant is not None and grant.revoked_at is None and grant.expires_at > now,
         "pending": pending,
         "refusal": refusal,
+        # The one refusal the person can lift here: offer the way to verify the session.
+        "verify_second_factor": refusal == SECOND_FACTOR_REFUSAL,
         "compared": compared,
         "form": DecisionForm(),
         "revoke_form": RevokeForm(),
@@ -127,6 +139,7 @@ def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
             user=request.user,
             approve=approve,
             comment=form.cleaned_data["comment"],
+            otp_verified=request.user.is_verified(),
         )
     except Refusal as refusal:
         messages.error(request, refusal.detail)

@@ -66,6 +66,9 @@ class Pagination(CursorPagination):
 
 
 class ToolListView(APIView):
+    # Contracts are readable with either scope (operations.authentication.IsRunner).
+    required_scope = RunnerToken.SCOPE_REGISTER_CONTRACTS
+
     @extend_schema(responses={200: ToolOut(many=True), **_problems()}, tags=["tools"])
     def get(self, request: Request) -> Response:
         tools = [tool for tool in selectors.tools_all() if tool.active_version is not None]

@@ -29,15 +29,25 @@ class RunnerTokenAuthentication(authentication.BaseAuthentication):
 
 
 class IsRunner(permissions.BasePermission):
-    """Only runner accounts use the API; the token's scope must allow the view."""
+    """Only runner accounts use the API; the token's scope must allow the view.
+
+    A view names the scope it needs in ``required_scope`` (default ``use_tools``), for
+    reads as for writes: a token that only registers contracts (a deploy pipeline) reads
+    no operation, run, approval or webhook endpoint. Contracts are the exception: reading
+    them is part of both jobs, so views that need ``register_contracts`` may be read with
+    either scope.
+    """
 
     def has_permission(self, request, view) -> bool:
         if not isinstance(request.user, Runner):
             return False
         needed = getattr(view, "required_scope", RunnerToken.SCOPE_USE_TOOLS)
-        if request.method in permissions.SAFE_METHODS:
-            return True
         token: RunnerToken = request.auth
+        if (
+            request.method in permissions.SAFE_METHODS
+            and needed == RunnerToken.SCOPE_REGISTER_CONTRACTS
+        ):
+            return bool(set(token.scopes) & set(RunnerToken.ALL_SCOPES))
         if needed not in token.scopes:
             raise ScopeForbidden(f"This token lacks the {needed!r} scope.")
         return True

@@ -2166,13 +2166,17 @@ def _expire_request_locked(op: Operation, request: ApprovalRequest, *, now: date
     return True
 
 
-def approval_decide(*, request_id: str, user: Any, approve: bool, comment: str) -> Operation:
+def approval_decide(
+    *, request_id: str, user: Any, approve: bool, comment: str, otp_verified: bool = False
+) -> Operation:
     """One person's decision on a pending request, and the transition that follows.
 
     Approving counts towards the quorum; the approval that meets it creates a grant and
     moves the operation to ``ready``. A rejection (with a reason) ends the operation as
     ``rejected``; the runner receives the reason. Separation of duties is checked by
-    ``approvals.services.may_decide``.
+    ``approvals.services.may_decide``, and so is the second factor: ``otp_verified``
+    says whether the person's session was verified with a one-time password, which
+    ``decision_needs_second_factor`` may require.
     """
     result: Operation | Exception
     with transaction.atomic():
@@ -2182,7 +2186,14 @@ def approval_decide(*, request_id: str, user: Any, approve: bool, comment: str) 
             _expire_request_locked(op, request, now=now)
         try:
             decided = approval_services.decision_record(
-                request=request, user=user, tool=op.tool, approve=approve, comment=comment, now=now
+                request=request,
+                user=user,
+                tool=op.tool,
+                approve=approve,
+                comment=comment,
+                now=now,
+                second_factor_required=decision_needs_second_factor(op),
+                second_factor_verified=otp_verified,
             )
         except Refusal as refusal:
             result = refusal
@@ -2320,4 +2331,86 @@ def user_session_record(*, user: Any, kind: str, ip: str = "") -> Event:
             kind=kind,
             actor=Actor.of_user(user),
             data={"ip": ip or None},
+        )
+
+
+# ---------------------------------------------------------------------------------------
+# Security (issue 8, docs/security.md): runner tokens managed by people in the console,
+# the second factor for deciding on irreversible tools, account security events.
+
+RUNNER_ADMIN_PERMISSION = "operations.change_runner"
+ACCOUNT_EVENT_KINDS = frozenset(
+    {
+        "second_factor_added",
+        "second_factor_verified",
+        "second_factor_failed",
+        "sessions_ended",
+    }
+)
+
+
+def decision_needs_second_factor(op: Operation) -> bool:
+    """Whether deciding on ``op`` needs a session verified with a one-time password.
+
+    With ``REQUIRE_TOTP_FOR_IRREVERSIBLE`` on, approving or rejecting an irreversible
+    operation does; ``approval_decide`` refuses a decision without it, so every way to
+    decide (console, admin, anything added later) is covered by one rule.
+    """
+    return (
+        settings.REQUIRE_TOTP_FOR_IRREVERSIBLE
+        and op.effect_class == machine.EffectClass.IRREVERSIBLE
+    )
+
+
+def may_manage_runners(user: Any) -> bool:
+    """Who may list runners' tokens, issue and revoke them: the built-in model
+    permission ``operations.change_runner`` (superusers hold every permission)."""
+    return bool(user.is_active and user.has_perm(RUNNER_ADMIN_PERMISSION))
+
+
+def _require_runner_admin(user: Any) -> None:
+    if not may_manage_runners(user):
+        raise PermissionRefused("Managing runner tokens needs the 'change runner' permission.")
+
+
+def token_issue_by_user(
+    *,
+    runner: Runner,
+    user: Any,
+    scopes: list[str],
+    label: str = "",
+    expires_at: datetime | None = None,
+) -> str:
+    """A person issues a token from the console; it is returned only here."""
+    _require_runner_admin(user)
+    unknown = set(scopes) - set(RunnerToken.ALL_SCOPES)
+    if not scopes or unknown:
+        raise errors.InvalidRequest(f"Choose scopes among {', '.join(RunnerToken.ALL_SCOPES)}.")
+    if expires_at is not None and expires_at <= timezone.now():
+        raise errors.InvalidRequest("The expiry must be in the future.")
+    return token_create(
+        runner=runner, actor=Actor.of_user(user), scopes=scopes, label=label, expires_at=expires_at
+    )
+
+
+def token_revoke_by_user(*, token: RunnerToken, user: Any) -> RunnerToken:
+    """A person revokes a token from the console; the next request with it is 401."""
+    _require_runner_admin(user)
+    return token_revoke(token=token, actor=Actor.of_user(user))
+
+
+def user_account_record(
+    *, user: Any, kind: str, actor: Actor | None = None, data: dict[str, Any] | None = None
+) -> Event:
+    """Append an account security event (second factor, sessions ended) to the person's
+    stream ``user:<pk>``; ``actor`` is the person unless someone else acted."""
+    if kind not in ACCOUNT_EVENT_KINDS:
+        raise ValueError(f"Not an account event: {kind!r}.")
+    with transaction.atomic():
+        get_user_model().objects.select_for_update().filter(pk=user.pk).exists()
+        return event_append(
+            stream=f"user:{user.pk}",
+            kind=kind,
+            actor=actor or Actor.of_user(user),
+            data=data or {},
         )

@@ -1,0 +1,55 @@
+"""Session timeouts for the console (docs/security.md, "Console sessions")."""
+
+from collections.abc import Callable
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import logout
+from django.contrib.auth.views import redirect_to_login
+from django.http import HttpRequest, HttpResponse
+from django_htmx.http import HttpResponseClientRedirect
+
+from . import security
+
+
+def _is_background_poll(request: HttpRequest) -> bool:
+    """A live region refreshing itself (hx-trigger="every ..."): not the person's activity.
+
+    Live regions ask for a partial (``?partial=1``) with a GET; counting those as activity
+    would keep an unattended inbox tab signed in forever.
+    """
+    return request.method == "GET" and bool(request.htmx) and bool(request.GET.get("partial"))
+
+
+class SessionTimeoutMiddleware:
+    """Sign out sessions idle for ``SESSION_IDLE_TIMEOUT_S`` or older than
+    ``SESSION_ABSOLUTE_TIMEOUT_S``; record activity otherwise.
+
+    A timed-out request goes on as anonymous, so ``login_required`` sends the person to
+    the sign-in page with ``next``; an htmx request gets a client-side redirect instead,
+    so that the sign-in page does not land inside a fragment.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        user = getattr(request, "user", None)
+        if user is not None and user.is_authenticated and hasattr(request, "session"):
+            reason = security.session_expiry(request.session)
+            if reason is not None:
+                logout(request)
+                messages.info(
+                    request,
+                    "You were signed out after a period of inactivity."
+                    if reason == "idle"
+                    else "Your session reached its maximum length; sign in again.",
+                )
+                if request.htmx:
+                    back = request.htmx.current_url_abs_path or request.get_full_path()
+                    return HttpResponseClientRedirect(
+                        redirect_to_login(back, settings.LOGIN_URL).url
+                    )
+            elif not _is_background_poll(request):
+                security.session_touch(request.session)
+        return self.get_response(request)

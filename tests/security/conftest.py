@@ -1,0 +1,62 @@
+"""Fixtures for the security tests: PostgreSQL-only markers, ledger row counts."""
+
+import pytest
+from django.apps import apps
+from django.conf import settings
+from django.db import connection
+
+# The tables a refused request must leave untouched.
+LEDGER_MODELS = (
+    "operations.Tool",
+    "operations.ToolVersion",
+    "operations.Run",
+    "operations.Operation",
+    "operations.Attempt",
+    "operations.Event",
+    "operations.Resolution",
+    "operations.ResolutionReview",
+    "operations.WebhookEndpoint",
+    "operations.OutboxMessage",
+    "operations.DeliveryAttempt",
+    "approvals.ApprovalRequest",
+    "approvals.Decision",
+    "approvals.Grant",
+)
+
+
+def ledger_counts() -> dict[str, int]:
+    return {label: apps.get_model(label).objects.count() for label in LEDGER_MODELS}
+
+
+def ledger_state() -> dict[str, object]:
+    """Row counts of every ledger table, and every operation's and run's mutable state."""
+    operation = apps.get_model("operations.Operation")
+    run = apps.get_model("operations.Run")
+    attempt = apps.get_model("operations.Attempt")
+    return {
+        **ledger_counts(),
+        "operations": sorted(
+            operation.objects.values_list("id", "status", "attempts", "updated_at")
+        ),
+        "runs": sorted(run.objects.values_list("id", "status", "tool_calls", "spend")),
+        "attempts": sorted(
+            attempt.objects.values_list("id", "status", "lease_until", "outcome_code")
+        ),
+    }
+
+
+def on_postgresql() -> bool:
+    return connection.vendor == "postgresql"
+
+
+postgresql_only = pytest.mark.skipif(
+    settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
+    reason="needs PostgreSQL: the append-only triggers exist only there (SQLite, the local "
+    "mode, has none); CI runs the suite on PostgreSQL",
+)
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    # Sign-in tests hash many passwords; the production hasher is deliberately slow.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
