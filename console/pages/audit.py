@@ -31,6 +31,7 @@ KNOWN_KINDS = [
     "claimed",
     "heartbeat",
     "outcome",
+    "outcome_conflict",
     "lease_expired",
     "late_outcome",
     "late_success",
@@ -43,6 +44,7 @@ KNOWN_KINDS = [
     "snoozed",
     "note",
     "compensation",
+    "inbound_evidence",
     "run_created",
     "run_cancelled",
     "run_expired",
@@ -51,8 +53,13 @@ KNOWN_KINDS = [
     "runner_created",
     "token_created",
     "token_revoked",
+    "webhook_endpoint_created",
+    "webhook_endpoint_deleted",
+    "webhook_secret_rotated",
+    "webhook_redelivery",
     "signed_in",
     "signed_out",
+    "sessions_ended",
 ]
 
 EXPORT_FIELDS = [

@@ -39,6 +39,10 @@ def test_filters_by_actor_action_tool_and_time(world, superuser):
     assert by_actor
     assert {event.actor for event in by_actor} == {f"runner:{runner_name}"}
     assert _events(client.get("/audit/", {"actor": f"runner:{runner_name}"})) == by_actor
+    system = _events(client.get("/audit/", {"actor": "system:test"}))
+    assert {event.kind for event in system} >= {"runner_created"}
+    assert _events(client.get("/audit/", {"actor": "test"})) == system
+    assert _events(client.get("/audit/", {"actor": "user:nobody"})) == []
     outcomes = _events(client.get("/audit/", {"kind": "outcome"}))
     assert [event.operation_id for event in outcomes] == [world.hidden[0]["id"]]
     wipe = _events(client.get("/audit/", {"tool": "wipe"}))

@@ -41,9 +41,9 @@ def test_keyset_pages_walk_the_list_without_offset_or_count(world, viewer, monke
     newest_first = [op["id"] for op in reversed(world.visible)]
     with CaptureQueriesContext(connection) as queries:
         first = client.get("/operations/")
-    sql = " ".join(query["sql"].upper() for query in queries.captured_queries)
-    assert "OFFSET" not in sql
-    assert "COUNT(" not in sql
+    statements = [query["sql"].upper() for query in queries.captured_queries]
+    assert not any("OFFSET" in sql for sql in statements)
+    assert not any("COUNT(" in sql and "OPERATIONS_OPERATION" in sql for sql in statements)
     page = first.context["page"]
     assert [op.id for op in page.items] == newest_first[:2]
     assert page.newer is None
