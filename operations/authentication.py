@@ -1,5 +1,6 @@
 """Bearer-token authentication for runners, and the permission that requires one."""
 
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, permissions
 
 from .errors import ScopeForbidden
@@ -51,3 +52,20 @@ class IsRunner(permissions.BasePermission):
         if needed not in token.scopes:
             raise ScopeForbidden(f"This token lacks the {needed!r} scope.")
         return True
+
+
+class RunnerTokenScheme(OpenApiAuthenticationExtension):
+    """The bearer token in the OpenAPI document (``securitySchemes.runnerToken``)."""
+
+    target_class = RunnerTokenAuthentication
+    name = "runnerToken"
+
+    def get_security_definition(self, auto_schema):
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "egr_...",
+            "description": "A runner token (`python manage.py runner create NAME`). Its "
+            "scopes: `use_tools` for runs, operations, attempts, approvals and webhooks; "
+            "`register_contracts` for PUT /tools. Contracts are readable with either.",
+        }
