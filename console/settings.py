@@ -233,8 +233,46 @@ LOGGING = {
     "loggers": {"django.server": {"level": "WARNING"}},
 }
 
-# Background work. Without a broker the same task functions run in-process.
+# Background work (console/celery.py). Without a broker the same task functions run in
+# the calling process (eagerly), and `manage.py runlocal` runs the beat schedule on a
+# thread: no other server is needed locally.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "effectgate")
+CELERY_TASK_ACKS_LATE = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULE = {
+    "expire-leases": {"task": "operations.tasks.expire_leases", "schedule": 2.0},
+    "expire-approvals": {"task": "operations.tasks.expire_approvals", "schedule": 5.0},
+    "enforce-deadlines": {"task": "operations.tasks.enforce_deadlines", "schedule": 5.0},
+    "run-probes": {"task": "operations.tasks.run_probes", "schedule": 5.0},
+    "deliver-webhooks": {"task": "operations.tasks.deliver_webhooks", "schedule": 1.0},
+    "apply-inbound": {"task": "operations.tasks.apply_inbound", "schedule": 10.0},
+    "prune-deliveries": {"task": "operations.tasks.prune_deliveries", "schedule": 3600.0},
+}
+# Beat intervals are short and every task is idempotent: a late copy only finds nothing.
+for _entry in CELERY_BEAT_SCHEDULE.values():
+    _entry["options"] = {"expires": max(_entry["schedule"], 10.0)}
+
+# Webhooks to runners (Standard Webhooks). Private, loopback and link-local targets are
+# refused unless listed here (host names or CIDR ranges, comma-separated).
+WEBHOOK_ALLOWED_HOSTS = _env_list("WEBHOOK_ALLOWED_HOSTS")
+WEBHOOK_TIMEOUT_S = float(os.environ.get("WEBHOOK_TIMEOUT_S", "10"))
+WEBHOOK_DELIVERY_LEASE_S = int(os.environ.get("WEBHOOK_DELIVERY_LEASE_S", "60"))
+WEBHOOK_RETENTION_DAYS = int(os.environ.get("WEBHOOK_RETENTION_DAYS", "30"))
+FIELD_ENCRYPTION_KEY = os.environ.get("FIELD_ENCRYPTION_KEY", "")
+
+# Email to approvers. Locally mail is printed to the console.
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = _env_bool("EMAIL_USE_TLS", False)
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "effectgate@localhost")
+CONSOLE_BASE_URL = os.environ.get("CONSOLE_BASE_URL", "http://127.0.0.1:8000")
 
 # Reconciliation lookups go only to these hosts (names or CIDR ranges, comma-separated):
 # they are usually on the runner's private network, so nothing is allowed by default.
