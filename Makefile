@@ -36,3 +36,14 @@ lint: $(STAMP)
 
 sweep: $(STAMP)
 	$(PY) manage.py sweep
+
+# The proof (docs/benchmarks.md). chaos: N refunds (default 2000) through a naive runner
+# and through Effectgate under the same seeded faults; PostgreSQL when DATABASE_URL is
+# set (a database of its own, effectgate_chaos), else SQLite. bench: the API against
+# raw SQL, claim contention, intent hashing, pages and sweeps at SIZES (PostgreSQL).
+.PHONY: chaos bench
+chaos: $(STAMP)
+	$(PY) -m bench.chaos --n $(or $(N),2000) $(CHAOS_ARGS)
+
+bench: $(STAMP)
+	$(PY) -m bench.bench $(if $(SIZES),--sizes $(SIZES)) $(BENCH_ARGS)
