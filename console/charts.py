@@ -35,7 +35,8 @@ class Bar:
 def bar(label: str, used: float, limit: float | None, used_text: str, limit_text: str) -> Bar:
     if limit is None:
         return Bar(label, used_text, None, None, "ok")
-    ratio = used / limit if limit > 0 else 1.0
+    # Rounded so that 0.04 of 0.05 is the 80 % it reads as, not 79.99... %.
+    ratio = round(used / limit, 6) if limit > 0 else 1.0
     tone = "over" if ratio >= 1 else "warn" if ratio >= WARN_AT else "ok"
     return Bar(label, used_text, limit_text, round(min(ratio, 1.0) * 100, 1), tone)
 

@@ -4,13 +4,28 @@ from typing import Any
 
 from django.http import HttpRequest
 
+# A detail page highlights the list it belongs to in the navigation (nav_link's
+# nav_section); a view's own context still wins.
+SECTIONS = {
+    "console:operation": "console:operations",
+    "console:search": "console:operations",
+    "console:run": "console:runs",
+    "console:tool": "console:tools",
+    "console:approval": "console:inbox",
+}
+
 
 def search(request: HttpRequest) -> dict[str, Any]:
     """The header search box (base.html shows it when ``search_url`` is set)."""
     user = getattr(request, "user", None)
     if user is None or not user.is_authenticated:
         return {}
-    return {
+    context: dict[str, Any] = {
         "search_url": "console:search",
         "search_placeholder": "Find an operation: id, key, call id, reference",
     }
+    match = getattr(request, "resolver_match", None)
+    section = SECTIONS.get(match.view_name) if match is not None else None
+    if section:
+        context["nav_section"] = section
+    return context

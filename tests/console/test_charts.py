@@ -20,6 +20,7 @@ from console.charts import (
 def test_bars_say_how_much_is_used_and_change_tone_near_the_limit():
     assert bar("Calls", 3, 10, "3", "10").tone == "ok"
     assert bar("Calls", 8, 10, "8", "10").tone == "warn"
+    assert bar("Spend", 0.04, 0.05, "0.04", "0.05").tone == "warn"
     over = bar("Calls", 12, 10, "12", "10")
     assert (over.tone, over.percent) == ("over", 100.0)
     unlimited = bar("Calls", 3, None, "3", "None")

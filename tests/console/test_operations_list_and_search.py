@@ -109,3 +109,10 @@ def test_search_without_a_query_shows_the_form(viewer):
     response = client_for(viewer).get("/search/")
     assert response.status_code == 200
     assert response.context["results"] == []
+
+
+def test_a_detail_page_highlights_its_list_in_the_navigation(world, viewer):
+    html = client_for(viewer).get(f"/operations/{world.visible[0]['id']}/").content.decode()
+    assert '<a href="/operations/" aria-current="page">Operations</a>' in html
+    run_page = client_for(viewer).get(f"/runs/{world.visible_run}/").content.decode()
+    assert '<a href="/runs/" aria-current="page">Runs</a>' in run_page
