@@ -22,7 +22,7 @@ def search(request: HttpRequest) -> dict[str, Any]:
         return {}
     context: dict[str, Any] = {
         "search_url": "console:search",
-        "search_placeholder": "Find an operation: id, key, call id, reference",
+        "search_placeholder": "Find: id, key, call id, reference",
     }
     match = getattr(request, "resolver_match", None)
     section = SECTIONS.get(match.view_name) if match is not None else None
