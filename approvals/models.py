@@ -51,6 +51,7 @@ class ApprovalRequest(models.Model):
                 fields=["expires_at"], name="apr_pending_expiry", condition=Q(status="pending")
             ),
             models.Index(fields=["operation", "created_at"], name="apr_operation_created"),
+            models.Index(fields=["decided_at"], name="apr_decided_at"),
         ]
         ordering = ["created_at"]
 

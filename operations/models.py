@@ -262,7 +262,10 @@ class Operation(models.Model):
             models.Index(fields=["run", "id"], name="op_run_id"),
             models.Index(fields=["status", "id"], name="op_status_id"),
             models.Index(fields=["status", "status_changed_at"], name="op_status_since"),
-            models.Index(fields=["tool", "downstream_id"], name="op_tool_downstream"),
+            # The console's search box looks operations up by these, across runners.
+            models.Index(fields=["operation_key"], name="op_operation_key"),
+            models.Index(fields=["call_id"], name="op_call_id"),
+            models.Index(fields=["downstream_id"], name="op_downstream_id"),
             models.Index(
                 fields=["lease_until"], name="op_executing_lease", condition=Q(status="executing")
             ),
@@ -522,6 +525,7 @@ class Event(models.Model):
         indexes = [
             models.Index(fields=["at", "id"], name="event_at_id"),
             models.Index(fields=["kind", "id"], name="event_kind_id"),
+            models.Index(fields=["tool_name", "id"], name="event_tool_id"),
         ]
         ordering = ["id"]
 

@@ -60,10 +60,6 @@ class Migration(migrations.Migration):
             name='inbound_secret_encrypted',
             field=models.TextField(blank=True, default=''),
         ),
-        migrations.AddIndex(
-            model_name='operation',
-            index=models.Index(fields=['tool', 'downstream_id'], name='op_tool_downstream'),
-        ),
         migrations.AddField(
             model_name='inboundevent',
             name='operation',
