@@ -51,6 +51,7 @@ urlpatterns += [
 
 urlpatterns += [
     path("inbound/", inbound.inbound_events, name="inbound"),
+    path("tools/<str:name>/breaker", tools.tool_breaker, name="tool-breaker"),
 ]
 
 # Security (issue 8): runner tokens for admins, each person's second factor.

@@ -773,3 +773,12 @@ def inbound_events_for_user(
     if tool:
         queryset = queryset.filter(tool_id=tool)
     return queryset.order_by("-received_at", "-id")
+
+
+def tool_breaker_history(tool: Tool, limit: int = 20) -> list[Event]:
+    """The latest circuit-breaker changes of a tool, newest first."""
+    return list(
+        Event.objects.filter(stream=f"tool:{tool.name}", kind__startswith="breaker_").order_by(
+            "-seq"
+        )[:limit]
+    )

@@ -98,9 +98,28 @@ def tool_detail(request: HttpRequest, name: str) -> HttpResponse:
         "may_activate": request.user.is_active and request.user.has_perm(selectors.ACTIVATE, tool),
         "access": selectors.tool_access(tool),
         "runners": selectors.tool_runners(tool),
+        "breaker": (active.contract.get("breaker") if active else None),
+        "breaker_history": selectors.tool_breaker_history(tool),
+        "inbound": (active.contract.get("inbound") if active else None),
         "nav_section": "console:tools",
     }
     return render(request, "console/tool.html", context)
+
+
+@require_POST
+@login_required
+def tool_breaker(request: HttpRequest, name: str) -> HttpResponse:
+    tool = found(selectors.tool_get_for_user, user=request.user, name=name)
+    open_it = request.POST.get("state") == "open"
+    try:
+        services.tool_breaker_set(tool=tool, open_it=open_it, user=request.user)
+    except Refusal as refusal:
+        messages.error(request, refusal.detail)
+    else:
+        messages.success(
+            request, f"The circuit breaker of {tool.name} is now {'open' if open_it else 'closed'}."
+        )
+    return redirect("console:tool", name=tool.name)
 
 
 @require_POST

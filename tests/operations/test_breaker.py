@@ -122,3 +122,21 @@ def test_tools_without_a_breaker_never_refuse(api):
         api.claim(op["id"])
         api.outcome(op["id"], 1, {"kind": "failed", "code": "upstream_5xx"})
     assert Tool.objects.get(pk="plain").breaker_state == "closed"
+
+
+def test_the_tool_page_shows_the_breaker_and_a_person_operates_it(api, tool):
+    from django.test import Client
+
+    for _ in range(3):
+        _fail(api, tool)
+    operator = person()
+    assign_perm("operations.activate_tool", operator, Tool.objects.get(pk="pay"))
+    client = Client()
+    client.force_login(operator)
+    html = client.get("/tools/pay/").content.decode()
+    assert "Circuit breaker" in html
+    assert "3 consecutive failures" in html
+    assert "Close the breaker" in html
+    client.post("/tools/pay/breaker", {"state": "closed"})
+    assert _state() == ("closed", 0)
+    assert "breaker_forced_closed" in client.get("/tools/pay/").content.decode()
