@@ -51,6 +51,11 @@ class IsRunner(permissions.BasePermission):
             return bool(set(token.scopes) & set(RunnerToken.ALL_SCOPES))
         if needed not in token.scopes:
             raise ScopeForbidden(f"This token lacks the {needed!r} scope.")
+        if request.method not in permissions.SAFE_METHODS:
+            # Read the body before any view code runs, also on endpoints that take none
+            # (cancel, rotate-secret): a body that cannot be read (413, 415, malformed
+            # JSON) is refused and nothing is written on the strength of it.
+            request.data  # noqa: B018
         return True
 
 

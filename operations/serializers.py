@@ -43,11 +43,25 @@ class JSONObject(serializers.JSONField):
 # --- requests ---------------------------------------------------------------------------
 
 
+# Upper bounds of what the columns hold (PostgreSQL integer; numeric(20, 6)): a larger
+# number is a 400 with the field's path, not a database error.
+MAX_COUNT = 2_147_483_647
+MAX_MONEY = 10.0**13
+
+
 class BudgetsIn(StrictSerializer):
-    max_tool_calls = serializers.IntegerField(min_value=1, required=False, allow_null=True)
-    max_turns = serializers.IntegerField(min_value=1, required=False, allow_null=True)
-    deadline_s = serializers.IntegerField(min_value=1, required=False, allow_null=True)
-    max_spend = serializers.FloatField(min_value=0, required=False, allow_null=True)
+    max_tool_calls = serializers.IntegerField(
+        min_value=1, max_value=MAX_COUNT, required=False, allow_null=True
+    )
+    max_turns = serializers.IntegerField(
+        min_value=1, max_value=MAX_COUNT, required=False, allow_null=True
+    )
+    deadline_s = serializers.IntegerField(
+        min_value=1, max_value=MAX_COUNT, required=False, allow_null=True
+    )
+    max_spend = serializers.FloatField(
+        min_value=0, max_value=MAX_MONEY, required=False, allow_null=True
+    )
 
 
 class RunIn(StrictSerializer):
@@ -71,7 +85,9 @@ class OperationIn(StrictSerializer):
     call_id = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
     operation_key = serializers.CharField(max_length=255)
     arguments = JSONObject()
-    turn = serializers.IntegerField(min_value=0, required=False, allow_null=True)
+    turn = serializers.IntegerField(
+        min_value=0, max_value=MAX_COUNT, required=False, allow_null=True
+    )
     approval = ApprovalAskIn(required=False)
     claim = LeaseIn(required=False)
     retry_of = serializers.CharField(max_length=40, required=False)
@@ -81,7 +97,8 @@ class OutcomeIn(StrictSerializer):
     kind = serializers.ChoiceField(choices=["succeeded", "failed", "unknown"])
     result = AnyJSON(required=False, allow_null=True)
     downstream_id = serializers.CharField(max_length=255, required=False, allow_blank=True)
-    cost = serializers.FloatField(min_value=0, required=False, allow_null=True)
+    # One call's cost; far below what a run's spend column holds, so sums stay in range.
+    cost = serializers.FloatField(min_value=0, max_value=10.0**9, required=False, allow_null=True)
     code = serializers.RegexField(r"^[a-z0-9_.:-]{1,64}$", required=False)
     detail = serializers.CharField(max_length=4000, required=False, allow_blank=True)
     retry_after_ms = serializers.IntegerField(min_value=0, max_value=86_400_000, required=False)

@@ -1,0 +1,305 @@
+"""Bad input on every write endpoint: a 4xx problem, and nothing written or half-written.
+
+Each endpoint is first shown to write when its body is valid (so that "nothing written"
+means something), then sent every kind of bad body; after each, every ledger table's row
+count and every operation's, run's and attempt's mutable state are unchanged.
+"""
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from operations import services
+from operations.models import Operation, Run, WebhookEndpoint
+from tests.conftest import contract
+
+from .conftest import ledger_state
+
+
+@dataclass
+class Endpoint:
+    name: str
+    method: str
+    path: str
+    body: dict[str, Any]
+
+
+@pytest.fixture
+def endpoints(api, settings) -> dict[str, Endpoint]:
+    settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    api.tool("t", contract("idempotent"))
+    api.tool("undo", contract("compensable"))
+    api.tool("pay", contract("irreversible", approval={"mode": "never"}))
+    run = api.run()
+    executing = api.register(run, "t")
+    api.claim(executing["id"])
+    ready = api.register(run, "t", {"payment_id": "p2", "amount_cents": 2})
+    unknown = api.register(run, "pay")
+    api.claim(unknown["id"])
+    api.outcome(unknown["id"], 1, {"kind": "unknown", "code": "timeout_unknown"})
+    compensating = api.register(run, "undo")
+    api.claim(compensating["id"])
+    api.outcome(compensating["id"], 1, {"kind": "unknown", "code": "timeout_unknown"})
+    assert Operation.objects.get(pk=compensating["id"]).status == "compensating"
+    endpoint, _ = services.webhook_endpoint_create(
+        runner=api.runner, url="http://127.0.0.1:9/hook", events=["operation.*"]
+    )
+    ops = "/api/v1/operations"
+    found = [
+        Endpoint("tools", "put", "/api/v1/tools/t2", contract("read_only")),
+        Endpoint("runs", "post", "/api/v1/runs", {"principal": "user:x", "budgets": {}}),
+        Endpoint("run_cancel", "post", f"/api/v1/runs/{run}/cancel", {}),
+        Endpoint(
+            "operations",
+            "post",
+            ops,
+            {
+                "run": run,
+                "tool": "t",
+                "operation_key": "fresh",
+                "arguments": {"payment_id": "p9", "amount_cents": 9},
+            },
+        ),
+        Endpoint("attempts", "post", f"{ops}/{ready['id']}/attempts", {"lease_s": 30}),
+        Endpoint(
+            "heartbeat", "post", f"{ops}/{executing['id']}/attempts/1/heartbeat", {"lease_s": 60}
+        ),
+        Endpoint(
+            "outcome",
+            "post",
+            f"{ops}/{executing['id']}/attempts/1/outcome",
+            {"kind": "succeeded", "downstream_id": "re_1", "cost": 1.5},
+        ),
+        Endpoint(
+            "reconciliations",
+            "post",
+            f"{ops}/{unknown['id']}/reconciliations",
+            {"result": "committed", "downstream_id": "re_2", "evidence": {"seen": "yes"}},
+        ),
+        Endpoint(
+            "compensations",
+            "post",
+            f"{ops}/{compensating['id']}/compensations",
+            {"result": "committed", "evidence": {"undone": True}},
+        ),
+        Endpoint(
+            "webhook_endpoints",
+            "post",
+            "/api/v1/webhook-endpoints",
+            {"url": "http://127.0.0.1:9/other", "events": ["operation.*"]},
+        ),
+        Endpoint(
+            "webhook_rotate", "post", f"/api/v1/webhook-endpoints/{endpoint.id}/rotate-secret", {}
+        ),
+    ]
+    return {item.name: item for item in found}
+
+
+NAMES = [
+    "tools",
+    "runs",
+    "run_cancel",
+    "operations",
+    "attempts",
+    "heartbeat",
+    "outcome",
+    "reconciliations",
+    "compensations",
+    "webhook_endpoints",
+    "webhook_rotate",
+]
+
+
+def _send(api, endpoint: Endpoint, data: bytes, content_type: str = "application/json"):
+    return api.client.generic(
+        endpoint.method.upper(), endpoint.path, data, content_type=content_type
+    )
+
+
+def _problem(response, status: int, code: str | None = None) -> dict[str, Any]:
+    assert response.status_code == status, response.content[:500]
+    assert response["Content-Type"] == "application/problem+json"
+    body = json.loads(response.content)
+    assert {"type", "title", "status", "detail", "code"} <= set(body)
+    if code is not None:
+        assert body["code"] == code, body
+    return body
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_valid_body_writes(api, endpoints, name):
+    """The control: with a good body each endpoint does write something."""
+    endpoint = endpoints[name]
+    before = ledger_state()
+    response = _send(api, endpoint, json.dumps(endpoint.body).encode())
+    assert response.status_code in (200, 201), response.content[:500]
+    assert ledger_state() != before
+
+
+def _nest(depth: int) -> bytes:
+    return b'{"a": ' * depth + b"1" + b"}" * depth
+
+
+BAD_BODIES = [
+    # (label, body or callable of the valid body, content type, status, code)
+    ("not json", b"{not json", "application/json", 400, "malformed_json"),
+    ("truncated", b'{"a": ', "application/json", 400, "malformed_json"),
+    ("deep nesting", _nest(200), "application/json", 400, "malformed_json"),
+    ("deep arrays", b"[" * 5000 + b"]" * 5000, "application/json", 400, "malformed_json"),
+    ("invalid utf-8", b'{"a": "\xff\xfe"}', "application/json", 400, "malformed_json"),
+    ("overlong utf-8", b'{"a": "\xc0\xaf"}', "application/json", 400, "malformed_json"),
+    ("utf-8 bom", b'\xef\xbb\xbf{"a": 1}', "application/json", 400, "malformed_json"),
+    ("lone surrogate", b'{"a": "\\ud800"}', "application/json", 400, "malformed_json"),
+    ("nul character", b'{"a": "x\\u0000y"}', "application/json", 400, "malformed_json"),
+    ("nul in a key", b'{"a\\u0000": 1}', "application/json", 400, "malformed_json"),
+    ("duplicate keys", b'{"a": 1, "a": 2}', "application/json", 400, "malformed_json"),
+    ("NaN", b'{"a": NaN}', "application/json", 400, "malformed_json"),
+    ("Infinity", b'{"a": -Infinity}', "application/json", 400, "malformed_json"),
+    ("huge integer", b'{"a": 9007199254740992}', "application/json", 422, "number_out_of_range"),
+    ("huge float", b'{"a": 1e400}', "application/json", 422, "number_out_of_range"),
+    ("form body", b"a=1&b=2", "application/x-www-form-urlencoded", 415, "unsupported_media_type"),
+    ("text body", b'{"a": 1}', "text/plain", 415, "unsupported_media_type"),
+    ("multipart", b"--x\r\n\r\n--x--", "multipart/form-data; boundary=x", 415, None),
+    ("json but not utf-8", b'{"a": "\xe9"}', "application/json; charset=latin-1", 400, None),
+]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_bad_bodies_are_refused_and_write_nothing(api, endpoints, name):
+    endpoint = endpoints[name]
+    before = ledger_state()
+    for label, body, content_type, status, code in BAD_BODIES:
+        response = _send(api, endpoint, body, content_type)
+        assert response.status_code == status, (label, response.content[:300])
+        _problem(response, status, code)
+        assert ledger_state() == before, label
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_oversize_bodies_are_413_and_write_nothing(api, endpoints, settings, name):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 4096
+    endpoint = endpoints[name]
+    body = dict(endpoint.body) if endpoint.body else {}
+    body["padding"] = "x" * 5000
+    before = ledger_state()
+    _problem(_send(api, endpoint, json.dumps(body).encode()), 413, "payload_too_large")
+    assert ledger_state() == before
+
+
+BODY_ENDPOINTS = [n for n in NAMES if n not in {"run_cancel", "webhook_rotate", "tools"}]
+
+
+@pytest.mark.parametrize("name", BODY_ENDPOINTS)
+def test_unknown_fields_are_refused_and_write_nothing(api, endpoints, name):
+    endpoint = endpoints[name]
+    before = ledger_state()
+    body = _problem(
+        _send(api, endpoint, json.dumps({**endpoint.body, "surprise": 1}).encode()),
+        400,
+        "invalid_request",
+    )
+    assert {"path": "/surprise", "message": "Unknown field."} in body["errors"]
+    assert ledger_state() == before
+
+
+def test_unknown_contract_fields_are_refused(api, endpoints):
+    endpoint = endpoints["tools"]
+    before = ledger_state()
+    body = {**endpoint.body, "aproval": {"mode": "never"}}
+    _problem(_send(api, endpoint, json.dumps(body).encode()), 422, "invalid_contract")
+    assert ledger_state() == before
+
+
+@pytest.mark.parametrize("name", [*BODY_ENDPOINTS, "tools"])
+def test_a_body_that_is_not_an_object_is_refused(api, endpoints, name):
+    endpoint = endpoints[name]
+    before = ledger_state()
+    for body in (b"[]", b'"text"', b"17", b"null", b"true", b"[{}]"):
+        response = _send(api, endpoint, body)
+        assert response.status_code in (400, 422), (body, response.content[:300])
+        assert ledger_state() == before, body
+
+
+MAX_SAFE = 2**53 - 1
+# Numbers every JSON implementation holds exactly, but too large for what they count.
+HUGE_BUT_SAFE = [
+    ("runs", {"principal": "user:x", "budgets": {"max_tool_calls": MAX_SAFE}}),
+    ("runs", {"principal": "user:x", "budgets": {"max_turns": MAX_SAFE}}),
+    ("runs", {"principal": "user:x", "budgets": {"deadline_s": MAX_SAFE}}),
+    ("runs", {"principal": "user:x", "budgets": {"max_spend": float(MAX_SAFE)}}),
+    ("runs", {"principal": "user:x", "budgets": {"max_spend": 1.7e308}}),
+    ("attempts", {"lease_s": MAX_SAFE}),
+    ("heartbeat", {"lease_s": MAX_SAFE}),
+    ("outcome", {"kind": "succeeded", "cost": 1.7e308}),
+    ("outcome", {"kind": "failed", "code": "rate_limited", "retry_after_ms": MAX_SAFE}),
+    ("operations", {"turn": MAX_SAFE}),
+    ("operations", {"claim": {"lease_s": MAX_SAFE}}),
+]
+
+
+def test_numbers_too_large_for_their_field_are_refused(api, endpoints):
+    before = ledger_state()
+    for name, fields in HUGE_BUT_SAFE:
+        endpoint = endpoints[name]
+        body = {**endpoint.body, **fields}
+        response = _send(api, endpoint, json.dumps(body).encode())
+        problem = _problem(response, 400, "invalid_request")
+        assert problem["errors"], (name, fields)
+        assert ledger_state() == before, (name, fields)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "user:al\u200bice",  # zero-width space
+        "user:\u202eecila",  # right-to-left override
+        "user:e\u0301",  # combining accent (NFD)
+        "user:\u00e9",  # the same letter precomposed (NFC)
+        "user:\U0001f600",  # outside the BMP
+        "user:\ufeff",  # BOM inside a string
+        "user:\uffff",  # a noncharacter
+    ],
+)
+def test_unicode_edge_cases_are_kept_exactly(api, text):
+    """Valid but tricky text is stored as sent, never normalised: two spellings that look
+    the same stay two principals (and two intents); the console shows the difference."""
+    run = api.post("/api/v1/runs", {"principal": text})
+    assert run.status_code == 201
+    assert Run.objects.get(pk=run.json()["id"]).principal == text
+
+
+def test_nfc_and_nfd_spellings_are_different_intents(api):
+    api.tool("t")
+    nfc = api.run(principal="user:\u00e9")
+    nfd = api.run(principal="user:e\u0301")
+    first = api.register(nfc, "t", operation_key="same-key")
+    refused = api.register(nfd, "t", operation_key="same-key", expect=422)
+    assert refused["code"] == "intent_mismatch"
+    assert first["intent_hash"]
+
+
+def test_a_refused_request_leaves_no_half_written_run(api, monkeypatch):
+    """Atomicity: a failure after the first write of a request rolls every write back."""
+    api.tool("t")
+    run = api.run()
+    before = ledger_state()
+
+    def fail_after_writing(*args, **kwargs):
+        raise RuntimeError("the event could not be written")
+
+    monkeypatch.setattr(services, "outbox_enqueue", fail_after_writing)
+    response = api.post(
+        "/api/v1/operations",
+        {
+            "run": run,
+            "tool": "t",
+            "operation_key": "k",
+            "arguments": {"payment_id": "p", "amount_cents": 1},
+            "claim": {"lease_s": 30},
+        },
+    )
+    assert response.status_code == 500
+    assert ledger_state() == before
+    assert WebhookEndpoint.objects.count() == 0
