@@ -4,13 +4,10 @@ Every action is a plain form POST answered with a redirect, so it works without
 JavaScript; htmx only refreshes parts of pages (``template#partial``).
 """
 
-from collections.abc import Callable
-from typing import Any
-
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -20,23 +17,11 @@ from approvals.models import ApprovalRequest
 from approvals.services import SECOND_FACTOR_REFUSAL, may_decide
 from operations import selectors, services
 from operations.canonical import canonical_json
-from operations.errors import NotFound
 from operations.machine import EffectClass
 
 from .forms import ConfirmForm, DecisionForm, NoteForm, ResolveForm, RevokeForm
+from .pages.common import found, partial
 from .presenters import changes, flatten
-
-
-def _found(getter: Callable[..., Any], **kwargs: Any) -> Any:
-    try:
-        return getter(**kwargs)
-    except NotFound as exc:
-        raise Http404(str(exc)) from exc
-
-
-def _partial(request: HttpRequest, template: str, partial: str) -> str:
-    """The whole page, or only the named partial when htmx asks for it."""
-    return f"{template}#{partial}" if request.htmx and request.GET.get("partial") else template
 
 
 @require_GET
@@ -61,7 +46,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
         "effect_classes": [cls.value for cls in EffectClass],
         "now": now,
     }
-    return render(request, _partial(request, "console/inbox.html", "rows"), context)
+    return render(request, partial(request, "console/inbox.html", "rows"), context)
 
 
 def _intent_document(op) -> str:
@@ -73,7 +58,7 @@ def _intent_document(op) -> str:
 @require_GET
 @login_required
 def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
-    approval = _found(selectors.approval_get_for_user, user=request.user, approval_id=approval_id)
+    approval = found(selectors.approval_get_for_user, user=request.user, approval_id=approval_id)
     op = approval.operation
     now = timezone.now()
     pending = approval.status == ApprovalRequest.RequestStatus.PENDING
@@ -127,7 +112,7 @@ def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
 @require_POST
 @login_required
 def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
-    approval = _found(selectors.approval_get_for_user, user=request.user, approval_id=approval_id)
+    approval = found(selectors.approval_get_for_user, user=request.user, approval_id=approval_id)
     form = DecisionForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Choose approve or reject.")
@@ -152,7 +137,7 @@ def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
 @require_POST
 @login_required
 def approval_revoke(request: HttpRequest, approval_id: str) -> HttpResponse:
-    approval = _found(selectors.approval_get_for_user, user=request.user, approval_id=approval_id)
+    approval = found(selectors.approval_get_for_user, user=request.user, approval_id=approval_id)
     form = RevokeForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Say why the grant is revoked.")
@@ -225,13 +210,13 @@ def reconciliation(request: HttpRequest) -> HttpResponse:
         "effect_classes": [cls.value for cls in EffectClass],
         "warning_minutes": warning // 60,
     }
-    return render(request, _partial(request, "console/reconciliation.html", "rows"), context)
+    return render(request, partial(request, "console/reconciliation.html", "rows"), context)
 
 
 @require_GET
 @login_required
 def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
-    op = _found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
+    op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
     trace = selectors.operation_trace(op)
     may_reconcile = request.user.has_perm(selectors.RECONCILE, op.tool)
     context = {
@@ -255,7 +240,7 @@ def _back(op_id: str) -> HttpResponse:
 @require_POST
 @login_required
 def operation_resolve(request: HttpRequest, operation_id: str) -> HttpResponse:
-    op = _found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
+    op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
     form = ResolveForm(request.POST)
     if not form.is_valid():
         for errors in form.errors.values():
@@ -284,7 +269,7 @@ def operation_resolve(request: HttpRequest, operation_id: str) -> HttpResponse:
 @require_POST
 @login_required
 def operation_note(request: HttpRequest, operation_id: str) -> HttpResponse:
-    op = _found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
+    op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
     form = NoteForm(request.POST)
     try:
         if not form.is_valid():
@@ -300,7 +285,7 @@ def operation_note(request: HttpRequest, operation_id: str) -> HttpResponse:
 @require_POST
 @login_required
 def operation_compensated(request: HttpRequest, operation_id: str) -> HttpResponse:
-    op = _found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
+    op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
     form = NoteForm(request.POST)
     try:
         if not form.is_valid():
@@ -318,7 +303,7 @@ def operation_compensated(request: HttpRequest, operation_id: str) -> HttpRespon
 @require_POST
 @login_required
 def resolution_confirm(request: HttpRequest, operation_id: str, resolution_id: str) -> HttpResponse:
-    op = _found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
+    op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
     form = ConfirmForm(request.POST)
     if not form.is_valid():
         messages.error(request, "Choose confirm or dispute.")
@@ -340,9 +325,7 @@ def resolution_confirm(request: HttpRequest, operation_id: str, resolution_id: s
 @require_POST
 @login_required
 def webhook_redeliver(request: HttpRequest, message_id: str) -> HttpResponse:
-    message = _found(
-        selectors.outbox_message_get_for_user, user=request.user, message_id=message_id
-    )
+    message = found(selectors.outbox_message_get_for_user, user=request.user, message_id=message_id)
     try:
         services.webhook_redeliver(message=message, user=request.user)
     except Refusal as refusal:
