@@ -219,10 +219,15 @@ def _record(
     )
 
 
+# What a transition reads beside the operation row. FOR UPDATE OF self: the joined rows
+# are read, not locked (and PostgreSQL refuses to lock the nullable side of a join).
+LOCK_RELATED = ("tool_version", "tool", "tool__active_version", "run", "runner")
+
+
 def _lock(operation_id: str) -> Operation:
     return (
         Operation.objects.select_for_update(of=("self",))
-        .select_related("tool_version", "tool", "tool__active_version", "run", "runner")
+        .select_related(*LOCK_RELATED)
         .get(pk=operation_id)
     )
 
@@ -1322,7 +1327,7 @@ def inbound_apply(*, event_id: str) -> InboundEvent:
     Inbound = InboundEvent.InboundStatus
     with transaction.atomic():
         event = (
-            InboundEvent.objects.select_for_update()
+            InboundEvent.objects.select_for_update(of=("self",))
             .select_related("tool__active_version")
             .get(pk=event_id)
         )
@@ -1717,7 +1722,7 @@ def lease_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:
         with transaction.atomic():
             op = (
                 Operation.objects.select_for_update(skip_locked=True, of=("self",))
-                .select_related("tool_version", "tool", "run", "runner")
+                .select_related(*LOCK_RELATED)
                 .filter(pk=operation_id, status=Status.EXECUTING, lease_until__lte=now)
                 .first()
             )
@@ -1740,7 +1745,7 @@ def operation_deadline_due(*, now: datetime | None = None, limit: int = 500) -> 
         with transaction.atomic():
             op = (
                 Operation.objects.select_for_update(skip_locked=True, of=("self",))
-                .select_related("tool_version", "tool", "run", "runner")
+                .select_related(*LOCK_RELATED)
                 .filter(pk=operation_id, status__in=waiting, deadline_at__lte=now)
                 .first()
             )
@@ -2279,7 +2284,7 @@ def approval_expire_due(*, now: datetime | None = None, limit: int = 500) -> int
         with transaction.atomic():
             op = (
                 Operation.objects.select_for_update(skip_locked=True, of=("self",))
-                .select_related("tool_version", "tool", "run", "runner")
+                .select_related(*LOCK_RELATED)
                 .filter(pk=operation_id)
                 .first()
             )

@@ -130,7 +130,9 @@ def _begin_attempt(message_id: str, now: datetime) -> tuple[OutboxMessage, Deliv
     """Record the attempt before sending: a dispatcher killed mid-send leaves it visible."""
     with transaction.atomic():
         message = (
-            OutboxMessage.objects.select_for_update().select_related("endpoint").get(pk=message_id)
+            OutboxMessage.objects.select_for_update(of=("self",))
+            .select_related("endpoint")
+            .get(pk=message_id)
         )
         message.attempts += 1
         message.save(update_fields=["attempts"])
