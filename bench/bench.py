@@ -222,6 +222,12 @@ def lifecycle(stack: Stack, args: argparse.Namespace, client: EffectgateClient) 
     )
     api_ops = total / api_wall
     sql_ops = total / sql_wall
+    # One runner alone: what a request costs without waiting behind others.
+    solo = max(20, total // 20)
+    _, api_solo = api_lifecycles(stack.base_url, stack.token, runs("api-solo")[:1], solo, "api1")
+    _, sql_solo, _ = sql_lifecycles(
+        stack.database_url, stack.token, runs("sql-solo")[:1], solo, "sql1"
+    )
     return {
         "runners": k,
         "lifecycles": total,
@@ -233,6 +239,11 @@ def lifecycle(stack: Stack, args: argparse.Namespace, client: EffectgateClient) 
         "sql_statements_per_step": statements,
         "api": {step: _ms(values) for step, values in api_steps.items()},
         "sql": {step: _ms(values) for step, values in sql_steps.items()},
+        "one_runner": {
+            "lifecycles": solo,
+            "api": {step: _ms(values) for step, values in api_solo.items()},
+            "sql": {step: _ms(values) for step, values in sql_solo.items()},
+        },
     }
 
 
@@ -473,7 +484,7 @@ def scale(sizes: list[int], token: str) -> list[dict[str, Any]]:
             for row in rows:
                 scans = ", ".join(scan["table"] for scan in row["seq_scans"])
                 print(
-                    f"    {row['name']:<28} {row['ms']:>8.1f} ms (database {row['db_ms']:>6.1f} ms)"
+                    f"    {row['name']:<32} {row['ms']:>8.1f} ms (database {row['db_ms']:>6.1f} ms)"
                     f" {row['queries']:>4} queries"
                     + (f"  sequential scan of {scans}" if scans else ""),
                     file=sys.stderr,
@@ -521,6 +532,8 @@ def main(argv: list[str] | None = None) -> int:
             "platform": platform.platform(),
         },
         "database": url.rsplit("@", 1)[-1],
+        # Other work on the machine skews every figure; the load says how much there was.
+        "load_average_at_start": [round(load, 2) for load in os.getloadavg()],
     }
     with Stack(
         url,
@@ -550,6 +563,7 @@ def main(argv: list[str] | None = None) -> int:
     report["api_queries_per_step"] = api_queries_per_step(token)
     report["scale"] = scale(sizes, token)
 
+    report["machine"]["load_average_at_end"] = [round(load, 2) for load in os.getloadavg()]
     life = report["lifecycle"]
     report.update(
         lifecycle_ratio_api_vs_sql=life["ratio_api_vs_sql"],
@@ -586,6 +600,14 @@ def summary(report: dict[str, Any]) -> str:
             f"   {sql['p50_ms']:>6.1f} / {sql['p99_ms']:<7.1f}"
             f"   {queries.get(step, '?'):>5} / {sql_per_step[step]}"
         )
+    solo = life["one_runner"]
+    lines.append(
+        "    one runner alone, p50 ms API / SQL: "
+        + ", ".join(
+            f"{step} {solo['api'][step]['p50_ms']} / {solo['sql'][step]['p50_ms']}"
+            for step in ("register", "claim", "outcome")
+        )
+    )
     lines += [
         f"(b) contention, {hot['threads']} runners at once, {hot['rounds']} rounds each:",
         f"    {hot['hot_operations']} hot operations   claim p50 {hot['hot_claims']['p50_ms']} ms"
@@ -603,13 +625,13 @@ def summary(report: dict[str, Any]) -> str:
     sizes = report["scale"]
     if sizes:
         names = [row["name"] for row in sizes[0]["measures"]]
-        lines.append("    " + " " * 28 + "".join(f"{s['operations']:>26,}" for s in sizes))
+        lines.append("    " + " " * 32 + "".join(f"{s['operations']:>26,}" for s in sizes))
         for index, name in enumerate(names):
             cells = "".join(
                 "{ms:>11.1f} ({db_ms:>6.1f}) / {queries:<4}".format(**s["measures"][index])
                 for s in sizes
             )
-            lines.append(f"    {name:<28}{cells}")
+            lines.append(f"    {name:<32}{cells}")
         scans = [
             f"      {s['operations']:>9,}  {row['name']}: {scan['table']} ({scan['sql'][:60]}...)"
             for s in sizes

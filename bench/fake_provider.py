@@ -104,7 +104,10 @@ class FakeProvider:
         self._httpd = _Server((host, port), self._handler_class())
         self.host, self.port = self._httpd.server_address[:2]
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever, name="fake-provider", daemon=True
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="fake-provider",
+            daemon=True,
         )
         self._thread.start()
 

@@ -14,6 +14,7 @@ SQLite file under ``var/``.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -26,7 +27,6 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 VAR = ROOT / "var"
-DEFAULT_POSTGRES = "postgres://postgres@127.0.0.1:5432/effectgate_bench"
 
 
 def free_port() -> int:
@@ -101,7 +101,11 @@ class Stack:
             "DJANGO_SETTINGS_MODULE": "console.settings",
             "RECONCILE_ALLOWED_HOSTS": "127.0.0.1",
             "LOG_LEVEL": "WARNING",
+            # Production mode over plain HTTP on loopback: no debug, no TLS redirect, and
+            # one secret for every process of the stack (gunicorn, sweep, reconcile).
             "DEBUG": "0",
+            "SECURE_SSL_REDIRECT": "0",
+            "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
         }
         self._processes: list[subprocess.Popen] = []
         self._logs: list = []
