@@ -29,6 +29,7 @@ reconciliation.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -322,6 +323,11 @@ class Runner:
                 success = value if isinstance(value, Succeeded) else Succeeded(result=value)
                 body = success.body()
                 result.output = value
+                try:
+                    json.dumps(body)
+                except (TypeError, ValueError):
+                    # The effect happened: record it even if its result cannot travel.
+                    body["result"] = {"repr": repr(success.result)[:4000]}
         finally:
             heartbeat.stop()
         return self._post_outcome(op, number, body)

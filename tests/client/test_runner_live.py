@@ -550,3 +550,12 @@ def test_reconcile_posted_again_after_a_lost_answer_returns_the_operation(make_s
     body = setup.client.reconcile(op_id, result="committed", downstream_id="re_7")
     assert body["status"] == "succeeded"
     assert len(_events(op_id, "reconciled")) == 1
+
+
+def test_a_result_that_is_not_json_is_still_recorded_as_success(setup):
+    setup.tool("refund")
+    result = setup.execute("refund", Calls({"at": object()}))
+    op = Operation.objects.get(runner=setup.api.runner)
+    assert result.status == "succeeded"
+    assert op.status == "succeeded"
+    assert "object object" in op.result["repr"]
