@@ -342,6 +342,11 @@ CONTENT_SECURITY_POLICY = {
 }
 # Swagger UI would otherwise load a badge from the public validator.
 SPECTACULAR_SETTINGS["SWAGGER_UI_SETTINGS"] = {"deepLinking": True, "validatorUrl": None}
+# Answers from the layers in front of every view (token, scope, JSON parser), documented.
+SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"] = [
+    "drf_spectacular.hooks.postprocess_schema_enums",
+    "operations.openapi.problem_responses",
+]
 
 # Sign-in throttling (django-axes): after AXES_FAILURE_LIMIT failures for one username
 # from one address, that pair is locked out for AXES_COOLOFF_MINUTES.

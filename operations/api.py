@@ -11,9 +11,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import selectors, services
+from . import openapi, selectors, services
 from .egress import HostPolicy
-from .errors import NotFound, OperationKeyRequired, UrlNotAllowed
+from .errors import InvalidRequest, NotFound, OperationKeyRequired, UrlNotAllowed
 from .models import RunnerToken
 from .serializers import (
     ApprovalDetailOut,
@@ -26,6 +26,7 @@ from .serializers import (
     OperationCreatedOut,
     OperationIn,
     OperationOut,
+    OperationPageOut,
     OutcomeIn,
     ReconciliationIn,
     RunIn,
@@ -61,6 +62,16 @@ class Pagination(CursorPagination):
     page_size_query_param = "limit"
     max_page_size = 200
 
+    # DRF would ignore a bad limit; it is the client's mistake, answered 400 like every
+    # other invalid request. (A cursor this API did not give out is a 404.)
+    def get_page_size(self, request: Request) -> int:
+        raw = request.query_params.get(self.page_size_query_param)
+        if raw is None:
+            return self.page_size
+        if not raw.isdigit() or not 1 <= int(raw) <= self.max_page_size:
+            raise InvalidRequest(f"limit must be an integer from 1 to {self.max_page_size}.")
+        return int(raw)
+
 
 # --- tools ------------------------------------------------------------------------------
 
@@ -86,8 +97,8 @@ class ToolDetailView(APIView):
         return Response(ToolOut(tool.active_version).data)
 
     @extend_schema(
-        request={"application/json": {"type": "object"}},
-        responses={200: ToolOut, 201: ToolOut, **_problems(400, 403, 422)},
+        request={"application/json": openapi.CONTRACT_REQUEST_SCHEMA},
+        responses={200: ToolOut, 201: ToolOut, **_problems(400, 403, 404, 422)},
         tags=["tools"],
         description="Register or change a tool contract (api.md, Tools). A version that "
         "weakens the active contract is stored inactive until a person activates it.",
@@ -186,10 +197,13 @@ class OperationListView(APIView):
             OpenApiParameter("run", str),
             OpenApiParameter("tool", str),
             OpenApiParameter("cursor", str),
-            OpenApiParameter("limit", int),
+            OpenApiParameter(
+                "limit", {"type": "integer", "minimum": 1, "maximum": Pagination.max_page_size}
+            ),
         ],
-        responses={200: OperationOut(many=True), **_problems()},
+        responses={200: OperationPageOut, **_problems(400, 404)},
         tags=["operations"],
+        operation_id="operations_list",
     )
     def get(self, request: Request) -> Response:
         queryset = selectors.operations_for_runner(
@@ -201,9 +215,6 @@ class OperationListView(APIView):
         paginator = Pagination()
         page = paginator.paginate_queryset(queryset, request, view=self)
         return paginator.get_paginated_response(OperationOut(page, many=True).data)
-
-    def get_paginated_response_schema(self, schema):
-        return Pagination().get_paginated_response_schema(schema)
 
 
 class OperationDetailView(APIView):

@@ -18,6 +18,27 @@ from approvals.selectors import request_latest
 from .machine import Status, allowed_next_actions
 from .models import Event, Operation, Run, ToolVersion
 
+# The JSON type each kind of field takes. DRF would otherwise coerce ("5" for an
+# integer, false for a number, 7 for a string); a runner's body means what it says.
+_JSON_TYPES: list[tuple[type, tuple[type, ...], str]] = [
+    (serializers.BooleanField, (bool,), "a boolean"),
+    (serializers.IntegerField, (int,), "an integer"),
+    (serializers.FloatField, (int, float), "a number"),
+    (serializers.CharField, (str,), "a string"),
+    (serializers.ChoiceField, (str,), "a string"),
+    (serializers.ListField, (list,), "an array"),
+    (serializers.Serializer, (dict,), "an object"),
+]
+
+
+def _wrong_type(field: serializers.Field, value: Any) -> str | None:
+    for kind, types, label in _JSON_TYPES:
+        if isinstance(field, kind):
+            if isinstance(value, bool) and bool not in types:
+                return f"Must be {label}."
+            return None if isinstance(value, types) else f"Must be {label}."
+    return None
+
 
 class StrictSerializer(serializers.Serializer):
     def to_internal_value(self, data: Any) -> Any:
@@ -25,6 +46,13 @@ class StrictSerializer(serializers.Serializer):
             unknown = sorted(set(data) - set(self.fields))
             if unknown:
                 raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+            wrong = {
+                name: [problem]
+                for name, field in self.fields.items()
+                if data.get(name) is not None and (problem := _wrong_type(field, data[name]))
+            }
+            if wrong:
+                raise serializers.ValidationError(wrong)
         return super().to_internal_value(data)
 
 
@@ -299,20 +327,34 @@ class HeartbeatOut(serializers.Serializer):
 class EventOut(serializers.Serializer):
     seq = serializers.IntegerField()
     kind = serializers.CharField()
-    # "from" is a Python keyword, so these two are renamed in to_representation.
-    from_status = serializers.CharField()
-    to_status = serializers.CharField()
+    # Published as "from" and "to" (get_fields): "from" is a Python keyword.
+    from_status = serializers.CharField(source="from_status", allow_null=True)
+    to_status = serializers.CharField(source="to_status", allow_null=True)
     actor = serializers.CharField()
     at = serializers.DateTimeField()
     data = AnyJSON()
     hash = serializers.CharField()
     prev_hash = serializers.CharField()
 
+    def get_fields(self) -> dict[str, serializers.Field]:
+        fields = super().get_fields()
+        fields["from"] = fields.pop("from_status")
+        fields["to"] = fields.pop("to_status")
+        return fields
+
     def to_representation(self, event: Event) -> dict[str, Any]:
         body = super().to_representation(event)
-        body["from"] = body.pop("from_status") or None
-        body["to"] = body.pop("to_status") or None
+        body["from"] = body["from"] or None
+        body["to"] = body["to"] or None
         return body
+
+
+class OperationPageOut(serializers.Serializer):
+    """A page of ``GET /operations`` (cursor pagination)."""
+
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = OperationOut(many=True)
 
 
 class ToolResultOut(serializers.Serializer):
