@@ -15,7 +15,7 @@ class LookupServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (the stdlib's name)
+            def do_GET(self):
                 server.requests.append(self.path)
                 key = self.path.rsplit("/", 1)[-1]
                 status, body, delay = server.answers.get(key, (404, b"{}", 0))
