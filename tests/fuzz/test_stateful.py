@@ -1,0 +1,296 @@
+"""Random sequences of API calls, with time travel, checked against the ledger's
+invariants after every step (hypothesis RuleBasedStateMachine).
+
+A runner registers operations of tools of every effect class (one with a concurrency
+key, one that asks for approval above an amount), claims, heartbeats, posts every kind
+of outcome (also for old attempts: late outcomes), reconciles, compensates, cancels
+runs; people approve or reject through ``services.approval_decide``; time jumps and the
+sweep runs. After each step:
+
+1. at most one attempt is in flight per operation, and per concurrency-key value;
+2. no transition leaves a terminal state (except cancelled -> succeeded, a late
+   success), and an attempt in flight belongs to an executing operation;
+3. every transition has its event: each event starts where the previous one ended and
+   the operation's status is its last event's ``to``;
+4. every hash chain verifies (``operations.audit.chains_verify``);
+5. no request is answered 5xx.
+
+Each example runs inside a savepoint that is rolled back, so examples are independent.
+STATEFUL_EXAMPLES (default 30) and STATEFUL_STEPS (default 25) bound the work; runs are
+derandomized (the same sequences every time, so CI is stable) unless FUZZ_RANDOM is set.
+"""
+
+import contextlib
+import itertools
+import os
+from datetime import UTC, datetime, timedelta
+
+import time_machine
+from django.db import transaction
+from django.db.models import Count, F, Q
+from guardian.shortcuts import assign_perm
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+
+from approvals.errors import Refusal
+from approvals.models import ApprovalRequest
+from operations import audit, services
+from operations.machine import BLOCKING, TERMINAL, Status
+from operations.models import Attempt, Event, Operation, Tool
+from tests.approvals.conftest import person
+from tests.conftest import contract, make_runner
+
+from .conftest import count
+
+EXAMPLES = int(os.environ.get("STATEFUL_EXAMPLES", "30"))
+STEPS = int(os.environ.get("STATEFUL_STEPS", "25"))
+START = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
+
+TOOLS = {
+    "idem": contract("idempotent", concurrency_key="/payment_id"),
+    "dedup": contract(
+        "deduplicated",
+        retry={
+            "max_attempts": 2,
+            "retryable_codes": ["rate_limited"],
+            "base_delay_ms": 0,
+            "max_delay_ms": 0,
+            "deadline_s": 600,
+        },
+    ),
+    "undo": contract("compensable"),
+    "pay": contract(
+        "irreversible",
+        approval={
+            "mode": "rules",
+            "rules": [{"path": "/amount_cents", "op": "gt", "value": 500}],
+            "request_ttl_s": 900,
+            "grant_ttl_s": 300,
+        },
+        concurrency_key="/payment_id",
+    ),
+    "look": contract("read_only"),
+}
+OUTCOMES = [
+    {"kind": "succeeded", "downstream_id": "re_1", "cost": 0.5},
+    {"kind": "failed", "code": "not_sent"},
+    {"kind": "failed", "code": "rate_limited", "retry_after_ms": 100},
+    {"kind": "failed", "code": "invalid_arguments", "detail": "bad"},
+    {"kind": "unknown", "code": "timeout_unknown"},
+]
+
+
+class World:
+    """What every example shares: made once per test, outside the examples' savepoints."""
+
+    def __init__(self) -> None:
+        self.api = make_runner()
+        for name, body in TOOLS.items():
+            self.api.tool(name, body)
+        self.approvers = [person(), person()]
+        for user in self.approvers:
+            for name in TOOLS:
+                assign_perm("operations.decide_tool", user, Tool.objects.get(pk=name))
+
+
+class Ledger(RuleBasedStateMachine):
+    world: World
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.atomic = transaction.atomic()
+        self.atomic.__enter__()
+        self.clock = time_machine.travel(START, tick=False)
+        self.traveller = self.clock.start()
+        self.api = self.world.api
+        self.run_id = ""
+        self.keys = 0
+
+    def teardown(self) -> None:
+        self.clock.stop()
+        transaction.set_rollback(True)
+        self.atomic.__exit__(None, None, None)
+
+    def _ok(self, response) -> dict:
+        count("stateful requests")
+        assert response.status_code < 500, response.content[:500]
+        return response.json() if response.content else {}
+
+    @initialize()
+    def start_run(self) -> None:
+        self.run_id = self._ok(self.api.post("/api/v1/runs", {"principal": "user:somebody"}))["id"]
+
+    def _pick(self, data, *statuses: str) -> str | None:
+        """An operation of this example: usually one in ``statuses`` (where the rule
+        means something), sometimes any (where it must be refused)."""
+        mine = Operation.objects.filter(runner=self.api.runner)
+        wanted = list(mine.filter(status__in=statuses).values_list("id", flat=True))
+        if not wanted or data.draw(st.integers(0, 3), label="any operation") == 0:
+            wanted = list(mine.values_list("id", flat=True))
+        if not wanted:
+            return None
+        return data.draw(st.sampled_from(sorted(wanted)), label="operation")
+
+    def _attempt(self, data, op: str) -> int:
+        latest = Operation.objects.get(pk=op).attempts
+        return max(1, latest - data.draw(st.integers(0, 2), label="attempts back"))
+
+    @rule(data=st.data())
+    def register(self, data) -> None:
+        self._register(data)
+
+    @rule(data=st.data())
+    def register_another(self, data) -> None:
+        # A second door to the same step: registrations are what everything else needs.
+        self._register(data)
+
+    def _register(self, data) -> None:
+        tool = data.draw(st.sampled_from(sorted(TOOLS)), label="tool")
+        body = {
+            "run": self.run_id,
+            "tool": tool,
+            "operation_key": f"k{self.keys}",
+            "arguments": {
+                "payment_id": data.draw(st.sampled_from(["p1", "p2"]), label="payment"),
+                "amount_cents": data.draw(st.sampled_from([100, 900]), label="amount"),
+            },
+        }
+        self.keys += 1
+        if data.draw(st.booleans(), label="claim at once"):
+            body["claim"] = {"lease_s": data.draw(st.sampled_from([5, 60]), label="lease")}
+        if data.draw(st.integers(0, 9), label="ask") == 0:
+            body["approval"] = {"require": True, "reason": "the agent is unsure"}
+        self._ok(self.api.post("/api/v1/operations", body))
+
+    @rule(data=st.data(), lease=st.sampled_from([5, 60]))
+    def claim(self, data, lease) -> None:
+        op = self._pick(data, Status.READY, Status.EXECUTING)
+        if op:
+            self._ok(self.api.post(f"/api/v1/operations/{op}/attempts", {"lease_s": lease}))
+
+    @rule(data=st.data())
+    def heartbeat(self, data) -> None:
+        op = self._pick(data, Status.EXECUTING)
+        if op:
+            number = self._attempt(data, op)
+            path = f"/api/v1/operations/{op}/attempts/{number}/heartbeat"
+            self._ok(self.api.post(path, {"lease_s": 60}))
+
+    @rule(data=st.data(), outcome=st.sampled_from(OUTCOMES))
+    def outcome(self, data, outcome) -> None:
+        op = self._pick(data, Status.EXECUTING)
+        if op:
+            number = self._attempt(data, op)
+            path = f"/api/v1/operations/{op}/attempts/{number}/outcome"
+            self._ok(self.api.post(path, outcome))
+
+    @rule(data=st.data(), result=st.sampled_from(["committed", "not_found", "still_unknown"]))
+    def reconcile(self, data, result) -> None:
+        op = self._pick(data, Status.OUTCOME_UNKNOWN)
+        if op:
+            body = {"result": result, "downstream_id": "re_2", "evidence": {"looked": True}}
+            self._ok(self.api.post(f"/api/v1/operations/{op}/reconciliations", body))
+
+    @rule(data=st.data(), result=st.sampled_from(["committed", "failed"]))
+    def compensate(self, data, result) -> None:
+        op = self._pick(data, Status.COMPENSATING)
+        if op:
+            body = {"result": result}
+            self._ok(self.api.post(f"/api/v1/operations/{op}/compensations", body))
+
+    @rule(approve=st.booleans(), who=st.integers(0, 1))
+    def decide(self, approve, who) -> None:
+        pending = ApprovalRequest.objects.filter(
+            status="pending", operation__runner=self.api.runner
+        ).first()
+        if pending is None:
+            return
+        # An expired request or a second decision by the same person is refused.
+        with contextlib.suppress(Refusal):
+            services.approval_decide(
+                request_id=pending.id,
+                user=self.world.approvers[who],
+                approve=approve,
+                comment="" if approve else "not this one",
+            )
+
+    @rule(data=st.data())
+    def cancel_run(self, data) -> None:
+        # Hypothesis favours rules without arguments; a cancelled run ends everything
+        # waiting, so let only one draw in five cancel.
+        if data.draw(st.integers(0, 4), label="cancel") == 0:
+            self._ok(self.api.post(f"/api/v1/runs/{self.run_id}/cancel", {}))
+            self.start_run()
+
+    @rule(seconds=st.sampled_from([1, 10, 61, 400, 1000, 4000]))
+    def time_passes_and_the_sweep_runs(self, seconds) -> None:
+        self.traveller.shift(timedelta(seconds=seconds))
+        services.sweep()
+
+    # --- invariants -----------------------------------------------------------------
+
+    @invariant()
+    def one_attempt_in_flight_per_operation_and_key(self) -> None:
+        count("stateful checks")
+        in_flight = Attempt.objects.filter(status=Attempt.AttemptStatus.EXECUTING)
+        doubled = in_flight.values("operation").annotate(n=Count("id")).filter(n__gt=1)
+        assert not doubled.exists(), list(doubled)
+        per_key = (
+            in_flight.exclude(operation__concurrency_value=None)
+            .values("operation__tool", "operation__concurrency_value")
+            .annotate(n=Count("id"))
+            .filter(n__gt=1)
+        )
+        assert not per_key.exists(), list(per_key)
+        blocking = (
+            Operation.objects.filter(status__in=[s.value for s in BLOCKING])
+            .exclude(concurrency_value=None)
+            .values("tool", "concurrency_value")
+            .annotate(n=Count("id"))
+            .filter(n__gt=1)
+        )
+        assert not blocking.exists(), list(blocking)
+        stray = in_flight.exclude(operation__status=Status.EXECUTING)
+        assert not stray.exists(), list(stray.values("operation_id", "operation__status"))
+
+    @invariant()
+    def nothing_leaves_a_terminal_state(self) -> None:
+        terminal = [s.value for s in TERMINAL]
+        escaped = Event.objects.filter(from_status__in=terminal).exclude(
+            Q(to_status=F("from_status"))
+            | Q(from_status=Status.CANCELLED, to_status=Status.SUCCEEDED)
+        )
+        assert not escaped.exists(), list(
+            escaped.values_list("stream", "seq", "kind", "from_status", "to_status")
+        )
+
+    @invariant()
+    def every_transition_has_its_event(self) -> None:
+        for op in Operation.objects.filter(runner=self.api.runner):
+            events = list(
+                Event.objects.filter(stream=op.id)
+                .order_by("seq")
+                .values_list("kind", "from_status", "to_status")
+            )
+            assert events, op.id
+            for previous, current in itertools.pairwise(events):
+                assert current[1] == previous[2], (op.id, previous, current)
+            assert events[-1][2] == op.status, (op.id, events[-1], op.status)
+
+    @invariant()
+    def the_chains_verify(self) -> None:
+        report = audit.chains_verify()
+        assert report.ok, report.first_break.describe()
+
+
+def test_random_api_sequences_keep_the_ledger_invariants(db):
+    Ledger.world = World()
+    Ledger.TestCase.settings = settings(
+        max_examples=EXAMPLES,
+        stateful_step_count=STEPS,
+        deadline=None,
+        suppress_health_check=list(HealthCheck),
+        derandomize=not os.environ.get("FUZZ_RANDOM"),
+    )
+    Ledger.TestCase().runTest()
