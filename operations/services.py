@@ -613,13 +613,18 @@ def run_cancel(*, run: Run, actor: Actor) -> Run:
 
     Executing operations keep their lease and are classified by their outcome;
     ``outcome_unknown`` and ``compensating`` ones still need an answer and stay.
+
+    1. The run is cancelled in its own transaction: from then on it takes no
+       registration.
+    2. Each waiting operation is then cancelled in a transaction of its own. Holding
+       the run's lock while taking operations' locks would invert the order that outcome
+       posting uses (operation, then the run's spend) and could deadlock.
     """
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run.pk)
         if run.status != Run.RunStatus.ACTIVE:
             return run
         now = timezone.now()
-        source = run.status
         run.status = Run.RunStatus.CANCELLED
         run.ended_at = now
         run.save(update_fields=["status", "ended_at", "updated_at"])
@@ -628,27 +633,30 @@ def run_cancel(*, run: Run, actor: Actor) -> Run:
             kind="run_cancelled",
             actor=actor,
             run=run,
-            from_status=source,
+            from_status=Run.RunStatus.ACTIVE,
             to_status=run.status,
             now=now,
         )
-        waiting = run.operations.filter(
-            status__in=[Status.AWAITING_APPROVAL, Status.READY]
-        ).values_list("pk", flat=True)
-        for operation_id in list(waiting):
+    waiting = [Status.AWAITING_APPROVAL, Status.READY]
+    for operation_id in list(
+        run.operations.filter(status__in=waiting).values_list("pk", flat=True)
+    ):
+        with transaction.atomic():
             op = _lock(operation_id)
-            if op.status in (Status.AWAITING_APPROVAL, Status.READY):
-                _withdraw_pending_request(op, now=now)
-                _transition(
-                    op,
-                    to=Status.CANCELLED,
-                    kind="cancelled",
-                    actor=actor,
-                    now=now,
-                    data={"reason": "run cancelled"},
-                    error_code="cancelled",
-                    error_detail="The run was cancelled.",
-                )
+            if op.status not in waiting:
+                continue
+            now = timezone.now()
+            _withdraw_pending_request(op, now=now)
+            _transition(
+                op,
+                to=Status.CANCELLED,
+                kind="cancelled",
+                actor=actor,
+                now=now,
+                data={"reason": "run cancelled"},
+                error_code="cancelled",
+                error_detail="The run was cancelled.",
+            )
     return run
 
 
