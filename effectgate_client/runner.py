@@ -161,8 +161,10 @@ class Runner:
     """Runs tool calls through Effectgate. Thread-safe; share one per process.
 
     ``lease_s``: the lease of each attempt; the heartbeat extends it every third of
-    it. ``wait_s``: how long one ``execute`` may wait in total (approvals, backoff,
-    ``retry_after_ms``, conflicts) before returning with ``refusal`` set.
+    it, and the tool is not called (``not_sent``) when less than a fifth of it (at
+    most 5 s) is left once the claim's answer arrives. ``wait_s``: how long one
+    ``execute`` may wait in total (approvals, backoff, ``retry_after_ms``, conflicts)
+    before returning with ``refusal`` set.
     ``reconciliation_wait_s``: how long to wait for an unknown outcome to be answered
     (by a probe or a person) before returning; 0 returns at once.
     """
@@ -184,6 +186,8 @@ class Runner:
         self.waiter: Waiter = waiter or PollingWaiter(sleep=sleep, clock=clock)
         self.lease_s = lease_s
         self.heartbeat_every_s = heartbeat_every_s or max(0.2, lease_s / 3)
+        # An attempt starts only while at least this much of its lease is left.
+        self.lease_margin_s = min(5.0, lease_s / 5)
         self.wait_s = wait_s
         self.reconciliation_wait_s = reconciliation_wait_s
         self.conflict_backoff_s = conflict_backoff_s
@@ -213,6 +217,9 @@ class Runner:
         """
         started = self.clock()
         deadline = started + self.wait_s
+        # The lease runs from the server's clock at the claim, which is no earlier than
+        # when the claim left here: measured from that moment, it cannot be overstated.
+        claim_sent = self.clock()
         op = self.client.register(
             run=run,
             tool=tool,
@@ -230,7 +237,7 @@ class Runner:
         while True:
             if attempt is not None:
                 result.attempts.append(attempt["attempt"])
-                op = self._run_attempt(op, attempt, call, arguments, result)
+                op = self._run_attempt(op, attempt, call, arguments, result, claim_sent)
                 attempt = None
                 continue
             status = op["status"]
@@ -255,6 +262,7 @@ class Runner:
                 continue
             # ready, or executing under a lease this call does not hold
             try:
+                claim_sent = self.clock()
                 attempt = self.client.claim(op["id"], lease_s=self.lease_s)
                 conflicts = 0
             except (RetryLater, AttemptInProgress) as refusal:
@@ -295,8 +303,22 @@ class Runner:
         call: ToolFunction,
         arguments: dict[str, Any],
         result: ToolCallResult,
+        claim_sent: float,
     ) -> dict[str, Any]:
         number = attempt["attempt"]
+        if self.clock() - claim_sent > self.lease_s - self.lease_margin_s:
+            # The claim took so long to come back that the lease may be over by the
+            # time the request reaches the outside world: a probe could then find
+            # nothing while the request is still on its way. Do not send it.
+            return self._post_outcome(
+                op,
+                number,
+                {
+                    "kind": "failed",
+                    "code": "not_sent",
+                    "detail": "The lease was about to expire before the call started.",
+                },
+            )
         context = AttemptContext(
             operation_id=op["id"],
             attempt=number,
