@@ -73,7 +73,7 @@ def test_small_chaos_run_has_no_duplicate_or_lost_effectgate_operation(live_serv
     try:
         with FakeProvider(schedule, **options) as provider:
             report = run_effectgate(
-                live_server.url, api.token, provider, items, workers=8, timeout_s=0.5, lease_s=1
+                live_server.url, api.token, provider, items, workers=8, timeout_s=0.5, lease_s=2
             )
             assert settle(live_server.url, api.token, timeout_s=30)
             ledger = effectgate_ledger(report.run_ids)
