@@ -150,6 +150,9 @@ def _operation_body(op) -> dict[str, Any]:
     return OperationOut(selectors.operation_refresh(op)).data
 
 
+LIST_PARAMETERS = {"status", "run", "tool", "cursor", "limit"}
+
+
 class OperationListView(APIView):
     @extend_schema(
         request=OperationIn,
@@ -206,6 +209,13 @@ class OperationListView(APIView):
         operation_id="operations_list",
     )
     def get(self, request: Request) -> Response:
+        # Like unknown body fields: a misspelt filter must not silently list everything.
+        unknown = sorted(set(request.query_params) - LIST_PARAMETERS)
+        if unknown:
+            raise InvalidRequest(
+                "Unknown query parameter(s); see errors.",
+                errors=[{"path": name, "message": "Unknown query parameter."} for name in unknown],
+            )
         queryset = selectors.operations_for_runner(
             runner=request.user,
             status=request.query_params.get("status"),

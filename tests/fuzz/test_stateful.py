@@ -106,6 +106,7 @@ class Ledger(RuleBasedStateMachine):
         self.api = self.world.api
         self.run_id = ""
         self.keys = 0
+        self.op_ids: list[str] = []
 
     def teardown(self) -> None:
         self.clock.stop()
@@ -124,13 +125,15 @@ class Ledger(RuleBasedStateMachine):
     def _pick(self, data, *statuses: str) -> str | None:
         """An operation of this example: usually one in ``statuses`` (where the rule
         means something), sometimes any (where it must be refused)."""
-        mine = Operation.objects.filter(runner=self.api.runner)
-        wanted = list(mine.filter(status__in=statuses).values_list("id", flat=True))
+        # In registration order: ids are random, and a replayed example must see the
+        # same choices in the same order.
+        current = dict(Operation.objects.filter(pk__in=self.op_ids).values_list("id", "status"))
+        wanted = [op for op in self.op_ids if current[op] in statuses]
         if not wanted or data.draw(st.integers(0, 3), label="any operation") == 0:
-            wanted = list(mine.values_list("id", flat=True))
+            wanted = self.op_ids
         if not wanted:
             return None
-        return data.draw(st.sampled_from(sorted(wanted)), label="operation")
+        return data.draw(st.sampled_from(wanted), label="operation")
 
     def _attempt(self, data, op: str) -> int:
         latest = Operation.objects.get(pk=op).attempts
@@ -161,7 +164,9 @@ class Ledger(RuleBasedStateMachine):
             body["claim"] = {"lease_s": data.draw(st.sampled_from([5, 60]), label="lease")}
         if data.draw(st.integers(0, 9), label="ask") == 0:
             body["approval"] = {"require": True, "reason": "the agent is unsure"}
-        self._ok(self.api.post("/api/v1/operations", body))
+        answer = self._ok(self.api.post("/api/v1/operations", body))
+        if "id" in answer and answer["id"] not in self.op_ids:
+            self.op_ids.append(answer["id"])
 
     @rule(data=st.data(), lease=st.sampled_from([5, 60]))
     def claim(self, data, lease) -> None:

@@ -303,3 +303,12 @@ def test_a_refused_request_leaves_no_half_written_run(api, monkeypatch):
     assert response.status_code == 500
     assert ledger_state() == before
     assert WebhookEndpoint.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "params", [{"staus": "ready"}, {"limit": "0"}, {"limit": "201"}, {"limit": "null"}]
+)
+def test_listing_refuses_unknown_filters_and_bad_limits(api, params):
+    """A misspelt filter must not silently list every operation."""
+    _problem(api.get("/api/v1/operations", params), 400, "invalid_request")
+    assert api.get("/api/v1/operations", {"status": "ready", "limit": "5"}).status_code == 200
