@@ -484,7 +484,8 @@ def scale(sizes: list[int], token: str) -> list[dict[str, Any]]:
             for row in rows:
                 scans = ", ".join(scan["table"] for scan in row["seq_scans"])
                 print(
-                    f"    {row['name']:<32} {row['ms']:>8.1f} ms (database {row['db_ms']:>6.1f} ms)"
+                    f"    {row['name']:<32} {row['ms']:>8.1f} ms (database {row['db_ms']:>6.1f} ms"
+                    f" best, {row['db_ms_median']:>6.1f} median)"
                     f" {row['queries']:>4} queries"
                     + (f"  sequential scan of {scans}" if scans else ""),
                     file=sys.stderr,
@@ -530,10 +531,10 @@ def main(argv: list[str] | None = None) -> int:
             "cpus": os.cpu_count(),
             "python": platform.python_version(),
             "platform": platform.platform(),
+            # Other work on the machine skews every figure; the load says how much.
+            "load_average_at_start": [round(load, 2) for load in os.getloadavg()],
         },
         "database": url.rsplit("@", 1)[-1],
-        # Other work on the machine skews every figure; the load says how much there was.
-        "load_average_at_start": [round(load, 2) for load in os.getloadavg()],
     }
     with Stack(
         url,
@@ -620,7 +621,7 @@ def summary(report: dict[str, Any]) -> str:
             f"{name} ({f['bytes']} B) {f['us_per_call']} us/call"
             for name, f in report["intent_hash"].items()
         ),
-        "(d) pages and sweeps by ledger size: median ms (of which database) / queries",
+        "(d) pages and sweeps by ledger size: median ms (database ms, best run) / queries",
     ]
     sizes = report["scale"]
     if sizes:
