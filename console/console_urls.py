@@ -1,7 +1,7 @@
 from django.urls import path
 
 from . import views
-from .pages import audit, dashboard, inbound, runs, tools
+from .pages import account, audit, dashboard, inbound, runners, runs, tools
 from .pages import operations as operations_pages
 
 app_name = "console"
@@ -55,8 +55,6 @@ urlpatterns += [
 ]
 
 # Security (issue 8): runner tokens for admins, each person's second factor.
-from .pages import account, runners  # noqa: E402
-
 urlpatterns += [
     path("runners/", runners.runners_list, name="runners"),
     path("runners/<str:runner_id>/", runners.runner_detail, name="runner"),
