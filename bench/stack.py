@@ -100,6 +100,9 @@ class Stack:
             "DATABASE_URL": database_url,
             "DJANGO_SETTINGS_MODULE": "console.settings",
             "RECONCILE_ALLOWED_HOSTS": "127.0.0.1",
+            # The fake provider commits within its slow-response time, so a short grace
+            # before the first lookup is enough here (production defaults to 15 s).
+            "RECONCILE_FIRST_PROBE_DELAY_S": "2",
             "LOG_LEVEL": "WARNING",
             # Production mode over plain HTTP on loopback: no debug, no TLS redirect, and
             # one secret for every process of the stack (gunicorn, sweep, reconcile).

@@ -278,6 +278,9 @@ CONSOLE_BASE_URL = os.environ.get("CONSOLE_BASE_URL", "http://127.0.0.1:8000")
 # they are usually on the runner's private network, so nothing is allowed by default.
 RECONCILE_ALLOWED_HOSTS = _env_list("RECONCILE_ALLOWED_HOSTS")
 RECONCILE_PROBE_TIMEOUT_S = float(os.environ.get("RECONCILE_PROBE_TIMEOUT_S", "5"))
+# The first lookup of an unknown outcome waits this long (a request sent just before the
+# lease ran out may still be on its way to the provider).
+RECONCILE_FIRST_PROBE_DELAY_S = float(os.environ.get("RECONCILE_FIRST_PROBE_DELAY_S", "15"))
 # Unknown outcomes older than this are highlighted in the reconciliation queue.
 RECONCILE_AGE_WARNING_S = int(os.environ.get("RECONCILE_AGE_WARNING_S", "900"))
 

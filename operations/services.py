@@ -1435,8 +1435,11 @@ def inbound_apply_pending(*, limit: int = 100) -> int:
 def _enter(op: Operation, *, to: Status, **kwargs: Any) -> Event:
     """A transition that also prepares the target state's bookkeeping."""
     if to == Status.OUTCOME_UNKNOWN:
-        # The first lookup is due as soon as the operation becomes unknown.
-        kwargs.setdefault("next_probe_at", kwargs["now"])
+        # The first lookup waits a short grace: a request the runner sent just before its
+        # lease ran out may still be on its way to the provider, and a lookup that
+        # answers "not found" before it lands would allow a second effect.
+        grace = timedelta(seconds=settings.RECONCILE_FIRST_PROBE_DELAY_S)
+        kwargs.setdefault("next_probe_at", kwargs["now"] + grace)
         kwargs.setdefault("probes", 0)
     else:
         kwargs.setdefault("next_probe_at", None)
@@ -1683,6 +1686,29 @@ def _late_outcome_locked(
             error_detail="",
             unknown_sticky=False,
         )
+    elif (
+        body["kind"] == "unknown"
+        and attempt.not_applied
+        and op.effect_class == machine.EffectClass.IRREVERSIBLE
+        and op.status in (Status.READY, Status.AWAITING_APPROVAL)
+    ):
+        # Reconciliation said this attempt did not happen, and now its runner says it
+        # sent it and never heard back: the request may have landed after the lookup.
+        # The "not found" is no longer safe to act on, so the question is open again.
+        _withdraw_pending_request(op, now=now)
+        _enter(
+            op,
+            to=Status.OUTCOME_UNKNOWN,
+            kind="reopened",
+            actor=actor,
+            now=now,
+            data={"attempt": attempt.number, "reason": "a late unknown outcome after not_found"},
+            unknown_sticky=True,
+            error_code=body.get("code", "unknown"),
+            error_detail=f"Attempt {attempt.number} reported an unknown outcome after "
+            "reconciliation found it had not happened; reconcile again.",
+        )
+        Attempt.objects.filter(pk=attempt.pk).update(not_applied=False)
     return errors.StaleAttempt(
         f"Attempt {attempt.number}'s lease ended before this outcome; it was recorded as a "
         "late outcome."

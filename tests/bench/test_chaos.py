@@ -59,6 +59,7 @@ class Loop(threading.Thread):
 def test_small_chaos_run_has_no_duplicate_or_lost_effectgate_operation(live_server, settings):
     settings.RECONCILE_ALLOWED_HOSTS = ["127.0.0.1"]
     settings.RECONCILE_PROBE_TIMEOUT_S = 2
+    settings.RECONCILE_FIRST_PROBE_DELAY_S = 1
     schedule = FaultSchedule(seed=7, rate=0.3)
     items = refs(N)
     options = {"client_timeout_s": 0.5, "slow_s": 0.2}

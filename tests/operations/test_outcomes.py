@@ -107,3 +107,28 @@ def test_failed_outcome_needs_a_code(api):
     assert problem["code"] == "invalid_request"
     assert problem["errors"] == [{"path": "/code", "message": "A failed outcome needs a code."}]
     assert Operation.objects.get(pk=op["id"]).status == "executing"
+
+
+def test_a_late_unknown_after_not_found_reopens_the_question(api):
+    """The probe said "not found", then the attempt's runner reports it sent the call and
+    never heard back: the request may have landed after the lookup, so no retry may be
+    approved on the strength of that "not found"."""
+    op = _executing(api, "irreversible")
+    _expire_and_sweep()
+    response = api.post(f"/api/v1/operations/{op['id']}/reconciliations", {"result": "not_found"})
+    assert response.json()["status"] == "awaiting_approval"
+    refusal = api.outcome(op["id"], 1, {"kind": "unknown", "code": "timeout_unknown"}, expect=409)
+    assert refusal["code"] == "stale_attempt"
+    body = api.operation(op["id"])
+    assert body["status"] == "outcome_unknown"
+    assert body["approval"]["status"] == "withdrawn"
+    assert Event.objects.filter(stream=op["id"], kind="reopened").count() == 1
+    assert not Attempt.objects.get(operation_id=op["id"]).not_applied
+
+
+def test_a_late_failure_after_not_found_changes_nothing(api):
+    op = _executing(api, "irreversible")
+    _expire_and_sweep()
+    api.post(f"/api/v1/operations/{op['id']}/reconciliations", {"result": "not_found"})
+    api.outcome(op["id"], 1, {"kind": "failed", "code": "card_declined"}, expect=409)
+    assert Operation.objects.get(pk=op["id"]).status == "awaiting_approval"

@@ -20,6 +20,7 @@ def lookup_server(settings):
     server = LookupServer()
     settings.RECONCILE_ALLOWED_HOSTS = ["127.0.0.1"]
     settings.RECONCILE_PROBE_TIMEOUT_S = 0.5
+    settings.RECONCILE_FIRST_PROBE_DELAY_S = 0
     yield server
     server.close()
 
@@ -39,7 +40,17 @@ def _unknown(api, template, max_probes=10):
     return op
 
 
-def test_first_probe_is_due_at_once_and_committed_resolves(api, lookup_server):
+def test_the_first_probe_waits_a_grace_period(api, lookup_server, settings):
+    settings.RECONCILE_FIRST_PROBE_DELAY_S = 15
+    op = _unknown(api, lookup_server.url_template)
+    lookup_server.answer(op["idempotency_key"], {"result": "not_found"})
+    assert probe_due().probed == 0  # the runner's request may still be in flight
+    with time_machine.travel(timezone.now() + timedelta(seconds=16), tick=False):
+        assert probe_due().probed == 1
+    assert Operation.objects.get(pk=op["id"]).status == "awaiting_approval"
+
+
+def test_first_probe_after_the_grace_and_committed_resolves(api, lookup_server):
     op = _unknown(api, lookup_server.url_template)
     lookup_server.answer(
         op["idempotency_key"],
