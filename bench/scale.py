@@ -28,6 +28,8 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from .lifecycle_sql import OP_COLUMNS
+
 WORKING_PENDING = 300
 WORKING_UNKNOWN = 300
 DUE = 50
@@ -77,32 +79,7 @@ def _fill(cursor: Any, table: str, known: set[str]) -> tuple[str, str]:
     return "".join(f", {name}" for name, _ in extra), "".join(f", {value}" for _, value in extra)
 
 
-OP_SEED_COLUMNS = {
-    "id",
-    "runner_id",
-    "run_id",
-    "tool_id",
-    "tool_version_id",
-    "effect_class",
-    "call_id",
-    "operation_key",
-    "arguments",
-    "intent_hash",
-    "principal",
-    "idempotency_key",
-    "status",
-    "attempts",
-    "downstream_id",
-    "error_code",
-    "error_detail",
-    "unknown_sticky",
-    "probes",
-    "created_at",
-    "updated_at",
-    "status_changed_at",
-    "next_probe_at",
-    "lease_until",
-}
+OP_SEED_COLUMNS = OP_COLUMNS | {"next_probe_at", "lease_until"}
 
 
 class Ledger:
