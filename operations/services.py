@@ -1383,17 +1383,13 @@ def inbound_apply(*, event_id: str) -> InboundEvent:
                     current.status = AttemptStatus.SUPERSEDED
                     current.closed_at = now
                     current.save(update_fields=["status", "closed_at"])
-            _enter(
+            _succeed(
                 op,
-                to=Status.SUCCEEDED,
                 kind="reconciled",
                 actor=actor,
                 now=now,
                 data={**data, "result": "committed"},
-                downstream_id=reference or op.downstream_id,
-                error_code="",
-                error_detail="",
-                unknown_sticky=False,
+                downstream_id=reference,
             )
             event.status = Inbound.APPLIED
         elif event.outcome == "failed" and op.status == Status.OUTCOME_UNKNOWN:
@@ -1447,6 +1443,33 @@ def _enter(op: Operation, *, to: Status, **kwargs: Any) -> Event:
     return _transition(op, to=to, **kwargs)
 
 
+def _succeed(
+    op: Operation,
+    *,
+    kind: str,
+    actor: Actor,
+    now: datetime,
+    data: dict[str, Any],
+    downstream_id: str = "",
+    result: Any = None,
+) -> Event:
+    """Close an operation as succeeded: the effect happened, whoever says so (the
+    runner's outcome, a late one, a reconciliation answer, a provider's event)."""
+    return _enter(
+        op,
+        to=Status.SUCCEEDED,
+        kind=kind,
+        actor=actor,
+        now=now,
+        data=data,
+        result=result if result is not None else op.result,
+        downstream_id=downstream_id or op.downstream_id,
+        error_code="",
+        error_detail="",
+        unknown_sticky=False,
+    )
+
+
 def _settle(
     op: Operation,
     *,
@@ -1476,15 +1499,14 @@ def _settle(
     _breaker_record_locked(op, succeeded=kind == "succeeded", code=code, now=now)
 
     if verdict == Verdict.SUCCEEDED:
-        _enter(
+        _succeed(
             op,
-            to=Status.SUCCEEDED,
+            kind=event_kind,
+            actor=actor,
+            now=now,
             data=data,
             result=result,
             downstream_id=downstream_id,
-            error_code="",
-            error_detail="",
-            **common,
         )
     elif verdict == Verdict.FAILED_PERMANENT:
         target = machine.end_without_retry(
@@ -1673,18 +1695,14 @@ def _late_outcome_locked(
                 newer.closed_at = now
                 newer.save(update_fields=["status", "closed_at"])
         _withdraw_pending_request(op, now=now)
-        _enter(
+        _succeed(
             op,
-            to=Status.SUCCEEDED,
             kind="late_success",
             actor=actor,
             now=now,
             data={"attempt": attempt.number, "downstream_id": body.get("downstream_id")},
             result=body.get("result"),
             downstream_id=body.get("downstream_id", ""),
-            error_code="",
-            error_detail="",
-            unknown_sticky=False,
         )
     elif (
         body["kind"] == "unknown"
@@ -1855,16 +1873,13 @@ def _reconcile_locked(
     barred_user_ids: list[int] | None = None,
 ) -> None:
     if result == "committed":
-        _enter(
+        _succeed(
             op,
-            to=Status.SUCCEEDED,
             kind="reconciled",
             actor=actor,
             now=now,
             data=data,
-            downstream_id=data.get("downstream_id") or op.downstream_id,
-            error_code="",
-            error_detail="",
+            downstream_id=data.get("downstream_id") or "",
         )
     elif result == "not_found":
         _not_found_locked(op, actor=actor, now=now, data=data, barred_user_ids=barred_user_ids)
