@@ -8,6 +8,7 @@ the same code; SQLite serializes the writes (IMMEDIATE transactions, busy timeou
 import logging
 import threading
 import time
+from importlib import import_module
 
 from django.db import close_old_connections, connections
 
@@ -22,6 +23,10 @@ class LocalScheduler(threading.Thread):
         self.entries = [(entry["task"], float(entry["schedule"])) for entry in schedule.values()]
         self.tick = tick
         self.stopping = threading.Event()
+        # Celery registers tasks when their modules are imported, which a worker does at
+        # start and a web process may never do: import each scheduled task's module.
+        for name, _ in self.entries:
+            import_module(name.rsplit(".", 1)[0])
 
     def run_due(self, next_runs: dict[str, float]) -> None:
         now = time.monotonic()

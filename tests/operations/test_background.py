@@ -108,3 +108,62 @@ def test_approvers_are_emailed_with_a_link(api, settings):
     assert message.to == ["ann@example.com"]  # the principal is barred from deciding
     assert f"https://effectgate.example.com/approvals/{op['approval']['id']}/" in message.body
     assert "refund" in message.subject
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_runlocal_serves_and_does_the_background_work_in_process(tmp_path):
+    """What `make run` starts: the development server with the beat schedule on a
+    thread, no broker. A lease expires with nobody calling."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import httpx
+    from django.conf import settings
+
+    from tests.operations.test_celery import _database_url
+
+    api = make_runner()
+    api.tool("t", contract("irreversible", approval={"mode": "never"}))
+    op = api.register(api.run(), "t", claim={"lease_s": 1})
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp_path / "runlocal.log"
+    env = {
+        **os.environ,
+        "DATABASE_URL": _database_url(),
+        "SECRET_KEY": settings.SECRET_KEY,
+        "CELERY_BROKER_URL": "",
+        "DEBUG": "1",
+        "EFFECTGATE_VAR_DIR": str(tmp_path),
+        "DB_CONN_MAX_AGE": "0",
+    }
+    with log.open("w") as out:
+        server = subprocess.Popen(
+            [sys.executable, "manage.py", "runlocal", f"127.0.0.1:{port}"],
+            cwd=Path(__file__).resolve().parents[2],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        status = None
+        while time.monotonic() < deadline:
+            status = Operation.objects.get(pk=op["id"]).status
+            if status == "outcome_unknown":
+                break
+            time.sleep(0.3)
+        assert status == "outcome_unknown", log.read_text()[-3000:]
+        answer = httpx.get(f"http://127.0.0.1:{port}/login/", timeout=10)
+        assert answer.status_code == 200
+    finally:
+        server.terminate()
+        server.wait(timeout=15)
+    output = log.read_text()
+    assert "Background work runs in-process" in output
+    assert "Traceback" not in output, output[-3000:]
