@@ -6,6 +6,7 @@ operation transition that follows (style.md). Each returns what happened so the 
 can write the event beside it.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -18,7 +19,6 @@ from .errors import DecisionRefused, PermissionRefused
 from .models import ApprovalRequest, Decision, Grant
 
 Status = ApprovalRequest.RequestStatus
-DECIDE_PERMISSION = "operations.decide_tool"
 
 
 def request_open(
@@ -60,43 +60,6 @@ def barred_user_ids(request: ApprovalRequest) -> set[int]:
     return set(request.context.get("barred_user_ids", []))
 
 
-SECOND_FACTOR_REFUSAL = (
-    "Deciding on this operation needs a one-time password: verify your session with "
-    "your authenticator app first."
-)
-
-
-def may_decide(
-    *,
-    user: Any,
-    request: ApprovalRequest,
-    tool: Any,
-    second_factor_required: bool = False,
-    second_factor_verified: bool = False,
-) -> str | None:
-    """Why ``user`` may not decide on ``request``, or None if they may.
-
-    The one access function for decisions. Superusers are not exempt: the rules exist
-    so that no single person moves money alone. Whether a second factor is required and
-    whether the person's session has one are the caller's to say (this app knows
-    neither effect classes nor requests).
-    """
-    if not user.is_active:
-        return "Your account is inactive."
-    if not user.has_perm(DECIDE_PERMISSION, tool):
-        return "You do not hold the permission to decide for this tool."
-    if user.pk in barred_user_ids(request):
-        return (
-            "You cannot decide on this operation: you are its principal, its runner's "
-            "owner, or you declared the reconciliation that led to this request."
-        )
-    if request.decisions.filter(user=user).exists():
-        return "You have already decided on this request; a quorum needs distinct people."
-    if second_factor_required and not second_factor_verified:
-        return SECOND_FACTOR_REFUSAL
-    return None
-
-
 @dataclass(frozen=True)
 class DecisionResult:
     decision: Decision
@@ -110,33 +73,26 @@ def decision_record(
     *,
     request: ApprovalRequest,
     user: Any,
-    tool: Any,
     approve: bool,
     comment: str,
+    refusal: str | None,
     now=None,
-    second_factor_required: bool = False,
-    second_factor_verified: bool = False,
 ) -> DecisionResult:
     """Record one person's decision on a pending request (the caller holds the lock).
 
     A rejection needs a reason and ends the request. An approval counts towards the
     quorum; the approval that meets it creates a grant bound to the request's intent
-    hash, usable until ``grant_ttl_s`` has passed.
+    hash, usable until ``grant_ttl_s`` has passed. Whether this person may decide at all
+    is the caller's to judge (``operations.access.decide_refusal``): ``refusal`` is its
+    answer, refused here after the request's own state.
     """
     now = now or timezone.now()
     if request.status != Status.PENDING:
         raise DecisionRefused(f"This request is {request.status}; it takes no more decisions.")
     if request.expires_at <= now:
         raise DecisionRefused("This request has expired.")
-    problem = may_decide(
-        user=user,
-        request=request,
-        tool=tool,
-        second_factor_required=second_factor_required,
-        second_factor_verified=second_factor_verified,
-    )
-    if problem:
-        raise PermissionRefused(problem)
+    if refusal:
+        raise PermissionRefused(refusal)
     comment = comment.strip()
     if not approve and not comment:
         raise DecisionRefused("A rejection needs a reason; the runner receives it.")
@@ -200,7 +156,13 @@ def request_expire(*, request: ApprovalRequest, now=None) -> bool:
     return bool(changed)
 
 
-def grant_problem(*, request: ApprovalRequest, intent_hash: str, tool: Any, now=None) -> str | None:
+def grant_problem(
+    *,
+    request: ApprovalRequest,
+    intent_hash: str,
+    still_decides: Callable[[Any], bool],
+    now=None,
+) -> str | None:
     """Why the grant behind ``request`` cannot be used to claim now, or None.
 
     Approval is not authorization: checked at every claim. The grant must exist, be
@@ -224,6 +186,6 @@ def grant_problem(*, request: ApprovalRequest, intent_hash: str, tool: Any, now=
         "user_id", flat=True
     )
     for approver in user_model.objects.filter(pk__in=list(approver_ids)):
-        if not approver.is_active or not approver.has_perm(DECIDE_PERMISSION, tool):
+        if not still_decides(approver):
             return f"{approver.get_username()} no longer holds the permission to decide"
     return None

@@ -147,17 +147,17 @@ def second_factor_confirm(*, request: Any, device: Any, token: str) -> bool:
     """Confirm a new authenticator with a code from it; the session becomes verified."""
     from django_otp import login as otp_login
 
-    from operations import services
+    from . import accounts
 
     if not device.verify_token(_token(token)):
-        services.user_account_record(
+        accounts.user_account_record(
             user=request.user, kind="second_factor_failed", data={"during": "setup"}
         )
         return False
     device.confirmed = True
     device.save(update_fields=["confirmed"])
     otp_login(request, device)
-    services.user_account_record(
+    accounts.user_account_record(
         user=request.user, kind="second_factor_added", data={"device": device.persistent_id}
     )
     return True
@@ -171,18 +171,18 @@ def second_factor_verify(*, request: Any, token: str) -> bool:
     """
     from django_otp import login as otp_login
 
-    from operations import services
+    from . import accounts
 
     for device in second_factor_devices(request.user):
         if device.verify_token(_token(token)):
             otp_login(request, device)
-            services.user_account_record(
+            accounts.user_account_record(
                 user=request.user,
                 kind="second_factor_verified",
                 data={"device": device.persistent_id},
             )
             return True
-    services.user_account_record(
+    accounts.user_account_record(
         user=request.user, kind="second_factor_failed", data={"during": "verify"}
     )
     return False

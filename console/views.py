@@ -14,8 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals.errors import DecisionRefused, Refusal
 from approvals.models import ApprovalRequest
-from approvals.services import SECOND_FACTOR_REFUSAL, may_decide
-from operations import selectors, services
+from operations import access, selectors, services
 from operations.canonical import canonical_json
 from operations.machine import EffectClass
 
@@ -42,7 +41,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
     context = {
         "rows": rows,
         "filters": filters,
-        "tools": selectors.tools_for_user(request.user, [selectors.DECIDE]).order_by("name"),
+        "tools": access.tools_for_user(request.user, [access.DECIDE]).order_by("name"),
         "effect_classes": [cls.value for cls in EffectClass],
         "now": now,
     }
@@ -63,12 +62,11 @@ def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
     now = timezone.now()
     pending = approval.status == ApprovalRequest.RequestStatus.PENDING
     refusal = (
-        may_decide(
+        access.decide_refusal(
             user=request.user,
             request=approval,
-            tool=op.tool,
-            second_factor_required=services.decision_needs_second_factor(op),
-            second_factor_verified=request.user.is_verified(),
+            op=op,
+            otp_verified=request.user.is_verified(),
         )
         if pending
         else None
@@ -100,7 +98,7 @@ def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
         "pending": pending,
         "refusal": refusal,
         # The one refusal the person can lift here: offer the way to verify the session.
-        "verify_second_factor": refusal == SECOND_FACTOR_REFUSAL,
+        "verify_second_factor": refusal == access.SECOND_FACTOR_REFUSAL,
         "compared": compared,
         "form": DecisionForm(),
         "revoke_form": RevokeForm(),
@@ -206,7 +204,7 @@ def reconciliation(request: HttpRequest) -> HttpResponse:
         "filters": filters,
         "min_age_m": min_age_m,
         "include_snoozed": include_snoozed,
-        "tools": selectors.tools_for_user(request.user, [selectors.RECONCILE]).order_by("name"),
+        "tools": access.tools_for_user(request.user, [access.RECONCILE]).order_by("name"),
         "effect_classes": [cls.value for cls in EffectClass],
         "warning_minutes": warning // 60,
     }
@@ -218,7 +216,7 @@ def reconciliation(request: HttpRequest) -> HttpResponse:
 def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
     op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
     trace = selectors.operation_trace(op)
-    may_reconcile = request.user.has_perm(selectors.RECONCILE, op.tool)
+    may_reconcile = access.may_reconcile(request.user, op.tool)
     context = {
         "op": op,
         "run": op.run,

@@ -64,6 +64,15 @@ class RunnerAdmin(admin.ModelAdmin):
         # Runners are created with `manage.py runner create`, which prints the token once.
         return False
 
+    def save_model(self, request, obj, form, change):
+        # Through the service, so each change of owner, restriction or activity is an
+        # event on the runner's stream.
+        services.runner_update(
+            runner=obj,
+            user=request.user,
+            changes={field: form.cleaned_data[field] for field in form.changed_data},
+        )
+
 
 @admin.register(RunnerToken)
 class RunnerTokenAdmin(ReadOnlyAdmin):

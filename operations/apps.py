@@ -7,6 +7,8 @@ class OperationsConfig(AppConfig):
 
     def ready(self) -> None:
         # The append-only triggers of the audit tables (installed after every migrate).
-        from . import triggers
+        # The tasks module connects its receivers to the services' signals (the services
+        # never import tasks): importing it here makes every process listen.
+        from . import tasks, triggers  # noqa: F401
 
         triggers.register()

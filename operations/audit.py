@@ -18,7 +18,7 @@ from typing import Any
 from django.db.models import QuerySet
 
 from .models import Event
-from .services import GENESIS_HASH, event_hash
+from .services.core import GENESIS_HASH, event_hash
 
 CHUNK = 2000
 _FIELDS = (

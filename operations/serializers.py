@@ -12,9 +12,10 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from approvals.models import ApprovalRequest, Decision
+from approvals.models import ApprovalRequest
 from approvals.selectors import request_latest
 
+from . import payloads
 from .machine import Status, allowed_next_actions
 from .models import Event, Operation, Run, ToolVersion
 
@@ -211,11 +212,10 @@ class GrantOut(serializers.Serializer):
     decided_by = serializers.SerializerMethodField()
 
     def get_decided_by(self, grant) -> list[str]:
-        return [
-            d.user.username
-            for d in grant.request.decisions.all()
-            if d.decision == Decision.Verdict.APPROVE
-        ]
+        return payloads.grant(grant)["decided_by"]
+
+    def to_representation(self, grant) -> dict[str, Any]:
+        return payloads.grant(grant)
 
 
 class ApprovalOut(serializers.Serializer):
@@ -230,13 +230,22 @@ class ApprovalOut(serializers.Serializer):
 
     @extend_schema_field(GrantOut(allow_null=True))
     def get_grant(self, request: ApprovalRequest) -> dict[str, Any] | None:
-        grant = getattr(request, "grant", None)
-        return GrantOut(grant).data if grant is not None else None
+        return payloads.approval(request)["grant"]
+
+    def to_representation(self, request: ApprovalRequest) -> dict[str, Any]:
+        return payloads.approval(request)
 
 
 class ApprovalDetailOut(ApprovalOut):
     operation = serializers.CharField(source="operation_id")
     intent_hash = serializers.CharField()
+
+    def to_representation(self, request: ApprovalRequest) -> dict[str, Any]:
+        return {
+            **payloads.approval(request),
+            "operation": request.operation_id,
+            "intent_hash": request.intent_hash,
+        }
 
 
 def _blank_to_none(value: str) -> str | None:
@@ -304,7 +313,12 @@ class OperationOut(serializers.Serializer):
         )
     )
     def get_allowed_next_actions(self, op: Operation) -> list[str]:
-        return allowed_next_actions(status=op.status, now=timezone.now(), not_before=op.not_before)
+        return payloads.operation(op)["allowed_next_actions"]
+
+    def to_representation(self, op: Operation) -> dict[str, Any]:
+        # One body for the API and the webhooks (payloads.py); the fields above
+        # describe it in the OpenAPI document.
+        return payloads.operation(op)
 
 
 class AttemptOut(serializers.Serializer):

@@ -5,11 +5,14 @@ rows in the database, so running one twice or on two workers at once does no har
 """
 
 from datetime import timedelta
+from typing import Any
 
 from celery import shared_task
 from django.conf import settings
+from django.dispatch import receiver
 
 from . import notifications, probes, services, webhooks
+from .services.core import approval_requested
 
 IDEMPOTENT = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}
 
@@ -52,3 +55,10 @@ def prune_deliveries() -> int:
 @shared_task(acks_late=True, ignore_result=True)
 def notify_approvers(request_id: str) -> int:
     return notifications.approvers_notify(request_id=request_id)
+
+
+@receiver(approval_requested)
+def _notify_after_commit(sender: Any, request_id: str, **kwargs: Any) -> None:
+    """The services announce a new request once it is committed; the mail goes out from
+    a worker (or in-process without a broker)."""
+    notify_approvers.delay(request_id)

@@ -5,7 +5,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from operations import selectors
+from operations import access, selectors
 from operations.models import InboundEvent
 
 from .common import text_param
@@ -24,6 +24,6 @@ def inbound_events(request: HttpRequest) -> HttpResponse:
         "status": status,
         "statuses": InboundEvent.InboundStatus.values,
         "tool": tool,
-        "tools": selectors.tools_for_user(request.user).order_by("name"),
+        "tools": access.tools_for_user(request.user).order_by("name"),
     }
     return render(request, "console/inbound.html", context)

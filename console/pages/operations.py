@@ -5,7 +5,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
 
-from operations import selectors
+from operations import access, selectors
 from operations.machine import Status
 
 from ..pagination import keyset_page
@@ -23,7 +23,7 @@ def operations_list(request: HttpRequest) -> HttpResponse:
         "page": keyset_page(request, queryset),
         "filters": filters,
         "statuses": [s.value for s in Status],
-        "tools": selectors.tools_for_user(request.user).order_by("name"),
+        "tools": access.tools_for_user(request.user).order_by("name"),
         "nav_section": "console:operations",
     }
     return render(request, "console/operations.html", context)

@@ -18,7 +18,7 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals.errors import Refusal
-from operations import services
+from operations import access, services
 from operations.models import Event, Runner, RunnerToken
 
 SCOPE_LABELS = {
@@ -46,7 +46,7 @@ class TokenForm(forms.Form):
 
 
 def _require_admin(request: HttpRequest) -> None:
-    if not services.may_manage_runners(request.user):
+    if not access.may_manage_runners(request.user):
         raise PermissionDenied("Managing runner tokens needs the 'change runner' permission.")
 
 

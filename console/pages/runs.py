@@ -7,7 +7,7 @@ from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
-from operations import selectors, services
+from operations import access, selectors, services
 from operations.models import Event, Run
 
 from ..charts import Bar, bar, duration_text, money_text
@@ -74,7 +74,7 @@ def _run_page(request: HttpRequest, run: Run, *, status: int = 200) -> HttpRespo
         "budgets": budgets(run, timezone.now()),
         "page": keyset_page(request, operations),
         "events": list(Event.objects.filter(stream=run.id).order_by("seq")[:100]),
-        "may_cancel": selectors.may_cancel_run(request.user),
+        "may_cancel": access.may_cancel_run(request.user),
         "nav_section": "console:runs",
     }
     return render(request, "console/run.html", context, status=status)
@@ -91,7 +91,7 @@ def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
 @login_required
 def run_cancel(request: HttpRequest, run_id: str) -> HttpResponse:
     run = found(selectors.run_get_for_user, user=request.user, run_id=run_id)
-    if not selectors.may_cancel_run(request.user):
+    if not access.may_cancel_run(request.user):
         messages.error(request, "You may not cancel runs.")
         return _run_page(request, run, status=403)
     if run.status != Run.RunStatus.ACTIVE:

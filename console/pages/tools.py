@@ -9,10 +9,9 @@ from django.db.models import Count, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
-from guardian.core import ObjectPermissionChecker
 
 from approvals.errors import Refusal
-from operations import selectors, services
+from operations import access, selectors, services
 from operations.models import ToolVersion
 
 from ..presenters import changes
@@ -34,27 +33,8 @@ def tools_list(request: HttpRequest) -> HttpResponse:
         )
         .order_by("name")
     )
-    # One query for the person's object permissions on every listed tool, instead of
-    # three per row.
-    checker = ObjectPermissionChecker(user)
-    checker.prefetch_perms(tools)
-    labels = (
-        (selectors.DECIDE, "decide"),
-        (selectors.RECONCILE, "reconcile"),
-        (selectors.ACTIVATE, "activate"),
-    )
-    everywhere = {perm for perm, _ in labels if user.has_perm(perm)}
-    rows = [
-        {
-            "tool": tool,
-            "perms": [
-                label
-                for perm, label in labels
-                if perm in everywhere or checker.has_perm(perm.split(".", 1)[1], tool)
-            ],
-        }
-        for tool in tools
-    ]
+    held = access.tool_permissions_held(user, tools)
+    rows = [{"tool": tool, "perms": held[tool.name]} for tool in tools]
     return render(request, "console/tools.html", {"rows": rows})
 
 
@@ -95,7 +75,10 @@ def tool_detail(request: HttpRequest, name: str) -> HttpResponse:
         "contract": active.contract if active else None,
         "versions": versions,
         "comparison": _comparison(request, versions, active),
-        "may_activate": request.user.is_active and request.user.has_perm(selectors.ACTIVATE, tool),
+        "activatable": {
+            version.pk for version in versions if not access.activate_refusal(request.user, version)
+        },
+        "may_operate_breaker": access.may_operate_breaker(request.user, tool),
         "access": selectors.tool_access(tool),
         "runners": selectors.tool_runners(tool),
         "breaker": (active.contract.get("breaker") if active else None),

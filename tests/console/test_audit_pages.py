@@ -10,7 +10,7 @@ from django.http import StreamingHttpResponse
 from django.test import Client
 from django.utils import timezone
 
-from console import pagination
+from console import accounts, pagination
 from operations import services
 from operations.models import Event
 
@@ -99,7 +99,7 @@ def test_exports_never_contain_events_of_hidden_tools(world, viewer):
 
 def test_csv_cells_that_look_like_formulas_are_neutralised(world, superuser):
     user = get_user_model().objects.create_user("=cmd|calc", password="pw-for-tests-1")
-    services.user_session_record(user=user, kind="signed_in")
+    accounts.user_session_record(user=user, kind="signed_in")
     body = _body(client_for(superuser).get("/audit/export.csv", {"kind": "signed_in"}))
     assert "'user:=cmd|calc" not in body  # starts with "user:", not a formula
     services.event_append(

@@ -173,13 +173,14 @@ def test_inbound_mapping_changes_are_weakenings(api, provider):
 
 def test_recorded_but_unapplied_events_are_applied_by_the_sweep(api, provider, monkeypatch):
     from operations import services
+    from operations.services import inbound
 
     op = _unknown(api)
 
     def broken(**kwargs):
         raise RuntimeError("database hiccup")
 
-    monkeypatch.setattr(services, "inbound_apply", broken)
+    monkeypatch.setattr(inbound, "inbound_apply", broken)
     assert _send(provider, _event(op)).status_code == 200
     assert InboundEvent.objects.get().status == "received"
     monkeypatch.undo()

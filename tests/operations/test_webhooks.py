@@ -5,7 +5,6 @@ from datetime import timedelta
 
 import pytest
 import time_machine
-from django.db import transaction
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
@@ -81,7 +80,7 @@ def test_outbox_rows_are_written_with_the_transition(api, receiver):
     assert message.payload["data"]["operation"]["status"] == "executing"
 
 
-def test_a_rolled_back_change_leaves_no_message(api, receiver):
+def test_a_rolled_back_change_leaves_no_message(api, receiver, monkeypatch):
     _endpoint(api, receiver.url)
     api.tool("t")
     op = api.register(api.run(), "t")
@@ -90,14 +89,18 @@ def test_a_rolled_back_change_leaves_no_message(api, receiver):
     class Boom(Exception):
         pass
 
-    def claim_then_fail():
-        with transaction.atomic():
-            services.attempt_claim(operation=op_obj(op), runner=api.runner, lease_s=30)
-            assert OutboxMessage.objects.count() == before + 1
-            raise Boom
+    # The claim's transaction is durable (never nested in a caller's), so the failure
+    # is raised inside it: right after the claim wrote its outbox message.
+    enqueue = services.core.outbox_enqueue
 
+    def enqueue_then_fail(**kwargs):
+        enqueue(**kwargs)
+        assert OutboxMessage.objects.count() == before + 1
+        raise Boom
+
+    monkeypatch.setattr(services.core, "outbox_enqueue", enqueue_then_fail)
     with pytest.raises(Boom):
-        claim_then_fail()
+        services.attempt_claim(operation=op_obj(op), runner=api.runner, lease_s=30)
     assert OutboxMessage.objects.count() == before
 
 

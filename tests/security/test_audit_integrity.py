@@ -11,6 +11,7 @@ from django.db import DatabaseError, connection, transaction
 from guardian.shortcuts import assign_perm
 
 from approvals.models import Decision
+from console import accounts
 from operations import audit, services
 from operations.models import Event, Operation, Resolution, ResolutionReview, Tool
 from operations.triggers import APPEND_ONLY_MODELS, trigger_uris
@@ -242,7 +243,7 @@ def test_decisions_and_resolutions_refuse_update_and_delete(api):
 def test_appending_still_works_under_the_triggers(api):
     _history(api)
     before = Event.objects.count()
-    services.user_session_record(user=person(), kind="signed_in")
+    accounts.user_session_record(user=person(), kind="signed_in")
     _history(api)
     assert Event.objects.count() > before + 1
     assert audit.chains_verify().ok

@@ -289,7 +289,7 @@ def test_a_refused_request_leaves_no_half_written_run(api, monkeypatch):
     def fail_after_writing(*args, **kwargs):
         raise RuntimeError("the event could not be written")
 
-    monkeypatch.setattr(services, "outbox_enqueue", fail_after_writing)
+    monkeypatch.setattr(services.core, "outbox_enqueue", fail_after_writing)
     response = api.post(
         "/api/v1/operations",
         {

@@ -13,8 +13,8 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from approvals.errors import PermissionRefused
 from approvals.models import Decision
-from approvals.services import SECOND_FACTOR_REFUSAL
 from operations import services
+from operations.access import SECOND_FACTOR_REFUSAL
 from operations.models import Event, Operation
 from tests.approvals.conftest import person
 from tests.conftest import contract

@@ -1,0 +1,48 @@
+"""People's own security events: sign-ins, sign-outs, second factors, ended sessions.
+
+Audited like every other action, on the person's stream ``user:<pk>`` of the ledger
+(``operations.services.event_append``); they change no operation, so they live on the
+console's side, beside the sign-in signals (``signals.py``) and the account pages.
+"""
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from operations.models import Event
+from operations.services import Actor, event_append
+
+SESSION_EVENT_KINDS = frozenset({"signed_in", "signed_out"})
+ACCOUNT_EVENT_KINDS = frozenset(
+    {
+        "second_factor_added",
+        "second_factor_verified",
+        "second_factor_failed",
+        "sessions_ended",
+    }
+)
+
+
+def _append(*, user: Any, kind: str, actor: Actor, data: dict[str, Any]) -> Event:
+    with transaction.atomic():
+        # The person's row is the stream's lock: two sign-ins at once append in turn.
+        get_user_model().objects.select_for_update().filter(pk=user.pk).exists()
+        return event_append(stream=f"user:{user.pk}", kind=kind, actor=actor, data=data)
+
+
+def user_session_record(*, user: Any, kind: str, ip: str = "") -> Event:
+    """Append ``signed_in`` or ``signed_out`` to the person's stream."""
+    if kind not in SESSION_EVENT_KINDS:
+        raise ValueError(f"Not a session event: {kind!r}.")
+    return _append(user=user, kind=kind, actor=Actor.of_user(user), data={"ip": ip or None})
+
+
+def user_account_record(
+    *, user: Any, kind: str, actor: Actor | None = None, data: dict[str, Any] | None = None
+) -> Event:
+    """Append an account security event (second factor, sessions ended) to the person's
+    stream; ``actor`` is the person unless someone else acted."""
+    if kind not in ACCOUNT_EVENT_KINDS:
+        raise ValueError(f"Not an account event: {kind!r}.")
+    return _append(user=user, kind=kind, actor=actor or Actor.of_user(user), data=data or {})

@@ -1,0 +1,239 @@
+"""Every "may this person / runner do X" answer, and the permission names, once.
+
+The services call these functions to enforce; the views, templates and selectors call
+the same functions to decide what to show and list, so the button a person sees and
+the refusal they would get cannot disagree (style.md, rule 3). A ``*_refusal`` function
+answers why not (a sentence for the person) or None; a ``may_*`` function answers yes
+or no; a ``require_*`` function raises ``PermissionRefused``.
+
+Object permissions are django-guardian's, per tool; a global permission (a user's or a
+group's) counts for every tool. Superusers hold every permission, but no rule here
+exempts them from separation of duties.
+"""
+
+from typing import Any
+
+from django.conf import settings
+from django.db.models import Q, QuerySet
+from guardian.core import ObjectPermissionChecker
+from guardian.shortcuts import get_objects_for_user
+
+from approvals.errors import PermissionRefused
+from approvals.models import ApprovalRequest
+
+from .machine import EffectClass
+from .models import Operation, Runner, Tool, ToolVersion
+
+# Permission names (codenames declared in operations.models.Tool.Meta and the built-in
+# model permissions of Run and Runner).
+DECIDE = "operations.decide_tool"
+RECONCILE = "operations.reconcile_tool"
+ACTIVATE = "operations.activate_tool"
+INVOKE = "operations.invoke_tool"
+CANCEL_RUN = "operations.change_run"
+MANAGE_RUNNERS = "operations.change_runner"
+
+SECOND_FACTOR_REFUSAL = (
+    "Deciding on this operation needs a one-time password: verify your session with "
+    "your authenticator app first."
+)
+
+
+def _holds(user: Any, perm: str, tool: Tool | None = None) -> bool:
+    """An active person holding ``perm`` (on ``tool``, or everywhere)."""
+    if not user.is_active:
+        return False
+    return bool(user.has_perm(perm, tool) if tool is not None else user.has_perm(perm))
+
+
+# ---------------------------------------------------------------------------------------
+# Runners
+
+
+def runner_may_invoke(runner: Runner, tool: Tool) -> bool:
+    """By default a runner may invoke every tool; a restricted one only those granted."""
+    if not runner.restrict_tools:
+        return True
+    return bool(runner.service_user.has_perm(INVOKE, tool))
+
+
+# ---------------------------------------------------------------------------------------
+# Deciding on approval requests
+
+
+def may_hold_decide(user: Any, tool: Tool) -> bool:
+    """The permission part of deciding: also asked of each decider at every claim."""
+    return _holds(user, DECIDE, tool)
+
+
+def decision_needs_second_factor(op: Operation) -> bool:
+    """Whether deciding on ``op`` needs a session verified with a one-time password.
+
+    With ``REQUIRE_TOTP_FOR_IRREVERSIBLE`` on, approving or rejecting an irreversible
+    operation does; the decision service refuses a decision without it, so every way to
+    decide (console, admin, anything added later) is covered by one rule.
+    """
+    return bool(
+        settings.REQUIRE_TOTP_FOR_IRREVERSIBLE and op.effect_class == EffectClass.IRREVERSIBLE
+    )
+
+
+def decide_refusal(
+    *, user: Any, request: ApprovalRequest, op: Operation, otp_verified: bool = False
+) -> str | None:
+    """Why ``user`` may not decide on ``request`` now, or None if they may.
+
+    Superusers are not exempt: separation of duties exists so that no single person
+    moves money alone.
+    """
+    if not user.is_active:
+        return "Your account is inactive."
+    if not user.has_perm(DECIDE, op.tool):
+        return "You do not hold the permission to decide for this tool."
+    if user.pk in set(request.context.get("barred_user_ids", [])):
+        return (
+            "You cannot decide on this operation: you are its principal, its runner's "
+            "owner, or you declared the reconciliation that led to this request."
+        )
+    if request.decisions.filter(user=user).exists():
+        return "You have already decided on this request; a quorum needs distinct people."
+    if decision_needs_second_factor(op) and not otp_verified:
+        return SECOND_FACTOR_REFUSAL
+    return None
+
+
+def require_revoke(user: Any, tool: Tool) -> None:
+    if not may_hold_decide(user, tool):
+        raise PermissionRefused("You may not revoke grants for this tool.")
+
+
+# ---------------------------------------------------------------------------------------
+# Reconciling, redelivering
+
+
+def may_reconcile(user: Any, tool: Tool) -> bool:
+    return _holds(user, RECONCILE, tool)
+
+
+def require_reconcile(user: Any, tool: Tool) -> None:
+    if not may_reconcile(user, tool):
+        raise PermissionRefused(f"You may not reconcile operations of {tool.name}.")
+
+
+def may_redeliver(user: Any, op: Operation) -> bool:
+    """People who decide on or reconcile a tool may ask for a webhook again."""
+    return may_reconcile(user, op.tool) or may_hold_decide(user, op.tool)
+
+
+# ---------------------------------------------------------------------------------------
+# Tools: activation and breakers
+
+
+def activate_refusal(user: Any, version: ToolVersion) -> str | None:
+    """Why ``user`` may not activate ``version``, or None. The owner of the runner that
+    registered it never may: a leaked runner token must not switch protection off with
+    its owner's help."""
+    if not _holds(user, ACTIVATE, version.tool):
+        return "You may not activate versions of this tool."
+    registering_runner = version.registered_by
+    if registering_runner is not None and registering_runner.owner_id == user.pk:
+        return "You own the runner that registered this version; someone else must activate it."
+    return None
+
+
+def may_activate_tool(user: Any, tool: Tool) -> bool:
+    """Whether ``user`` may activate some version of ``tool`` (the tool page's column);
+    each version is still judged by ``activate_refusal``."""
+    return _holds(user, ACTIVATE, tool)
+
+
+TOOL_PERMISSION_LABELS = ((DECIDE, "decide"), (RECONCILE, "reconcile"), (ACTIVATE, "activate"))
+
+
+def tool_permissions_held(user: Any, tools: list[Tool]) -> dict[str, list[str]]:
+    """For each of ``tools``, which of decide / reconcile / activate ``user`` holds; one
+    query for the object permissions of them all."""
+    if not user.is_active:
+        return {tool.name: [] for tool in tools}
+    checker = ObjectPermissionChecker(user)
+    checker.prefetch_perms(tools)
+    everywhere = {perm for perm, _ in TOOL_PERMISSION_LABELS if user.has_perm(perm)}
+    return {
+        tool.name: [
+            label
+            for perm, label in TOOL_PERMISSION_LABELS
+            if perm in everywhere or checker.has_perm(perm.split(".", 1)[1], tool)
+        ]
+        for tool in tools
+    }
+
+
+def may_operate_breaker(user: Any, tool: Tool) -> bool:
+    return _holds(user, ACTIVATE, tool)
+
+
+def require_operate_breaker(user: Any, tool: Tool) -> None:
+    if not may_operate_breaker(user, tool):
+        raise PermissionRefused("You may not operate the circuit breaker of this tool.")
+
+
+# ---------------------------------------------------------------------------------------
+# Runs and runners
+
+
+def may_cancel_run(user: Any) -> bool:
+    return _holds(user, CANCEL_RUN)
+
+
+def require_cancel_run(user: Any) -> None:
+    if not may_cancel_run(user):
+        raise PermissionRefused("Cancelling runs needs the 'change run' permission.")
+
+
+def may_manage_runners(user: Any) -> bool:
+    """Who may list runners' tokens, issue and revoke them: the built-in model
+    permission ``operations.change_runner`` (superusers hold every permission)."""
+    return _holds(user, MANAGE_RUNNERS)
+
+
+def require_manage_runners(user: Any) -> None:
+    if not may_manage_runners(user):
+        raise PermissionRefused("Managing runner tokens needs the 'change runner' permission.")
+
+
+# ---------------------------------------------------------------------------------------
+# What a person sees
+
+
+def tools_for_user(user: Any, perms: list[str] | None = None) -> QuerySet[Tool]:
+    """Tools on which ``user`` holds any of ``perms`` (default: decide or reconcile)."""
+    if not user.is_active:
+        return Tool.objects.none()
+    return get_objects_for_user(
+        user, perms or [DECIDE, RECONCILE], klass=Tool, any_perm=True, accept_global_perms=True
+    )
+
+
+def sees_everything(user: Any) -> bool:
+    return bool(user.is_active and user.is_superuser)
+
+
+def visible_tool_names(user: Any) -> list[str] | None:
+    """The names of the tools whose operations ``user`` sees (those they may decide on
+    or reconcile), or None for every tool. The tools table is small; a literal list
+    (rather than the permission subquery) lets the database plan the big tables' scans
+    well."""
+    if sees_everything(user):
+        return None
+    names = list(tools_for_user(user).values_list("name", flat=True))
+    if len(names) == Tool.objects.count():
+        return None
+    return names
+
+
+def visible_filter(user: Any, field: str) -> Q:
+    """A filter on ``field`` (a tool name column) keeping what ``user`` may see."""
+    if not user.is_active:
+        return Q(pk__in=[])
+    names = visible_tool_names(user)
+    return Q() if names is None else Q(**{f"{field}__in": names})

@@ -1,0 +1,95 @@
+"""How an operation and its approval look from outside: plain dicts, no HTTP layer.
+
+The runner API (``serializers.OperationOut`` and ``ApprovalOut`` render through these
+functions) and the webhook outbox (``services.core.outbox_enqueue``) publish the same
+body, built once here, so the write layer never imports serializers. The serializers
+still declare the fields, for the OpenAPI document; a test keeps both key sets equal.
+"""
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.utils import timezone
+
+from approvals.models import ApprovalRequest, Decision
+from approvals.selectors import request_latest
+
+from .machine import allowed_next_actions
+from .models import Operation
+
+
+def _time(value: datetime | None) -> str | None:
+    """RFC 3339 in UTC with a ``Z``, as DRF renders a DateTimeField."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def grant(grant: Any) -> dict[str, Any]:
+    return {
+        "id": grant.id,
+        "intent_hash": grant.intent_hash,
+        "expires_at": _time(grant.expires_at),
+        "revoked_at": _time(grant.revoked_at),
+        "decided_by": [
+            d.user.username
+            for d in grant.request.decisions.all()
+            if d.decision == Decision.Verdict.APPROVE
+        ],
+    }
+
+
+def approval(request: ApprovalRequest) -> dict[str, Any]:
+    granted = getattr(request, "grant", None)
+    return {
+        "id": request.id,
+        "status": str(request.status),
+        "approvals_required": request.approvals_required,
+        "reason": request.reason,
+        "decisions": [
+            {
+                "by": decision.user.username,
+                "decision": str(decision.decision),
+                "comment": decision.comment,
+                "at": _time(decision.at),
+            }
+            for decision in request.decisions.all()
+        ],
+        "created_at": _time(request.created_at),
+        "expires_at": _time(request.expires_at),
+        "grant": grant(granted) if granted is not None else None,
+    }
+
+
+def operation(op: Operation) -> dict[str, Any]:
+    request = request_latest(op)
+    return {
+        "id": op.id,
+        "run": op.run_id,
+        "tool": op.tool_id,
+        "tool_version": op.tool_version.number,
+        "effect_class": op.effect_class,
+        "call_id": op.call_id or None,
+        "operation_key": op.operation_key,
+        "arguments": op.arguments,
+        "intent_hash": op.intent_hash,
+        "principal": op.principal,
+        "idempotency_key": op.idempotency_key,
+        "status": str(op.status),
+        "attempts": op.attempts,
+        "not_before": _time(op.not_before),
+        "lease_until": _time(op.lease_until),
+        "deadline_at": _time(op.deadline_at),
+        "approval": approval(request) if request is not None else None,
+        "result": op.result,
+        "downstream_id": op.downstream_id or None,
+        "error_code": op.error_code or None,
+        "error_detail": op.error_detail or None,
+        "next_probe_at": _time(op.next_probe_at),
+        "previous_operation": op.previous_id,
+        "allowed_next_actions": allowed_next_actions(
+            status=op.status, now=timezone.now(), not_before=op.not_before
+        ),
+        "created_at": _time(op.created_at),
+        "updated_at": _time(op.updated_at),
+    }

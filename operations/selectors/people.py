@@ -1,0 +1,435 @@
+"""Reads for people in the console, each filtered through ``operations.access``: the
+inbox, the reconciliation queue, search, lists, runs, tools and the audit log."""
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.db.models import (
+    Exists,
+    OuterRef,
+    Q,
+    QuerySet,
+)
+from django.utils import timezone
+from guardian.shortcuts import get_groups_with_perms, get_users_with_perms
+
+from approvals.models import ApprovalRequest
+
+from .. import access
+from ..errors import NotFound
+from ..machine import Status
+from ..models import (
+    Event,
+    InboundEvent,
+    Operation,
+    Run,
+    Runner,
+    Tool,
+    ToolVersion,
+)
+from .runner import with_approvals
+
+# --- people (the console) ------------------------------------------------------------
+
+
+def operations_visible_to(user: Any) -> QuerySet[Operation]:
+    """The operations a person may see: those of the tools they may decide on or
+    reconcile (``access.visible_filter``). Every list, search and page starts here."""
+    return Operation.objects.filter(access.visible_filter(user, "tool_id"))
+
+
+def operation_get_for_user(*, user: Any, operation_id: str) -> Operation:
+    op = with_approvals(operations_visible_to(user).filter(pk=operation_id)).first()
+    if op is None:
+        raise NotFound(f"No operation {operation_id!r}.")
+    return op
+
+
+def requests_pending_for_user(
+    *,
+    user: Any,
+    tool: str | None = None,
+    effect_class: str | None = None,
+    run: str | None = None,
+) -> QuerySet[ApprovalRequest]:
+    """The inbox: pending requests the user may decide on, most urgent first."""
+    queryset = (
+        ApprovalRequest.objects.filter(
+            status=ApprovalRequest.RequestStatus.PENDING,
+            operation__tool__in=access.tools_for_user(user, [access.DECIDE]),
+        )
+        .select_related("operation", "operation__run", "operation__tool_version")
+        .prefetch_related("decisions")
+        .order_by("expires_at", "created_at", "id")
+    )
+    if tool:
+        queryset = queryset.filter(operation__tool_id=tool)
+    if effect_class:
+        queryset = queryset.filter(operation__effect_class=effect_class)
+    if run:
+        queryset = queryset.filter(operation__run_id=run)
+    return queryset
+
+
+def approval_get_for_user(*, user: Any, approval_id: str) -> ApprovalRequest:
+    request = (
+        ApprovalRequest.objects.filter(
+            pk=approval_id, operation__tool__in=access.tools_for_user(user)
+        )
+        .select_related("grant", "operation", "operation__run", "operation__tool_version")
+        .prefetch_related("decisions__user")
+        .first()
+    )
+    if request is None:
+        raise NotFound(f"No approval {approval_id!r}.")
+    return request
+
+
+def approval_comparison(request: ApprovalRequest) -> tuple[str, Operation] | None:
+    """An earlier intent to compare this request with, and what it was.
+
+    The same operation's earlier request when there is one (a new approval after a
+    grant became invalid or reconciliation found nothing); otherwise the operation this
+    one retries, or the latest earlier operation of the same tool in the same run.
+    """
+    op = request.operation
+    if ApprovalRequest.objects.filter(operation=op, created_at__lt=request.created_at).exists():
+        return ("an earlier request for this operation", op)
+    if op.previous_id:
+        return ("the operation this one retries", op.previous)
+    earlier = (
+        Operation.objects.filter(run_id=op.run_id, tool_id=op.tool_id, id__lt=op.id)
+        .order_by("-id")
+        .first()
+    )
+    if earlier is not None:
+        return (f"the previous {op.tool_id} call in this run", earlier)
+    return None
+
+
+# --- the reconciliation queue -----------------------------------------------------------
+
+SAVED_QUEUES = {
+    "all": "Unknown and compensating",
+    "unknown_15m": "Unknown > 15 min",
+    "lease_expired": "Lease expired",
+    "approved_unclaimed": "Approved but never claimed",
+    "probes_failing": "Probes failing",
+}
+STALE_AFTER = timedelta(minutes=15)
+
+
+def _queue(base: QuerySet[Operation], name: str, now: datetime) -> QuerySet[Operation]:
+    unresolved = [Status.OUTCOME_UNKNOWN, Status.COMPENSATING]
+    if name == "unknown_15m":
+        return base.filter(status=Status.OUTCOME_UNKNOWN, status_changed_at__lte=now - STALE_AFTER)
+    if name == "lease_expired":
+        return base.filter(
+            Q(status__in=unresolved, error_code="lease_expired")
+            | Q(status=Status.EXECUTING, lease_until__lte=now)
+        )
+    if name == "approved_unclaimed":
+        return base.filter(
+            status=Status.READY,
+            status_changed_at__lte=now - STALE_AFTER,
+            approval_requests__status=ApprovalRequest.RequestStatus.APPROVED,
+        ).distinct()
+    if name == "probes_failing":
+        return base.filter(status=Status.OUTCOME_UNKNOWN, probes__gte=1)
+    return base.filter(status__in=unresolved)
+
+
+def reconciliation_queue(
+    *,
+    user: Any,
+    queue: str = "all",
+    tool: str | None = None,
+    effect_class: str | None = None,
+    run: str | None = None,
+    min_age_s: int | None = None,
+    include_snoozed: bool = False,
+    now: datetime | None = None,
+) -> QuerySet[Operation]:
+    """Operations that need a person's answer, oldest first."""
+    now = now or timezone.now()
+    base = Operation.objects.filter(tool__in=access.tools_for_user(user, [access.RECONCILE]))
+    if tool:
+        base = base.filter(tool_id=tool)
+    if effect_class:
+        base = base.filter(effect_class=effect_class)
+    if run:
+        base = base.filter(run_id=run)
+    if min_age_s:
+        base = base.filter(status_changed_at__lte=now - timedelta(seconds=min_age_s))
+    if not include_snoozed:
+        base = base.exclude(snoozed_until__gt=now)
+    return (
+        _queue(base, queue if queue in SAVED_QUEUES else "all", now)
+        .select_related("run", "tool_version")
+        .order_by("status_changed_at", "id")
+    )
+
+
+def reconciliation_counts(*, user: Any, now: datetime | None = None) -> dict[str, int]:
+    now = now or timezone.now()
+    base = Operation.objects.filter(
+        tool__in=access.tools_for_user(user, [access.RECONCILE])
+    ).exclude(snoozed_until__gt=now)
+    return {name: _queue(base, name, now).count() for name in SAVED_QUEUES}
+
+
+def operation_trace(op: Operation) -> dict[str, Any]:
+    """Everything the operation page shows about one operation, in few queries."""
+    events = list(Event.objects.filter(stream=op.id).select_related("actor_user").order_by("seq"))
+    return {
+        "events": events,
+        "attempts": list(op.attempt_set.order_by("number")),
+        "approvals": list(
+            op.approval_requests.select_related("grant")
+            .prefetch_related("decisions__user")
+            .order_by("created_at")
+        ),
+        "resolutions": list(op.resolutions.select_related("declared_by", "review", "review__user")),
+        "deliveries": list(
+            op.outbox_messages.select_related("endpoint")
+            .prefetch_related("delivery_attempts")
+            .order_by("created_at", "id")
+        ),
+        "probes": [e for e in events if e.kind in {"probe", "reconciled", "late_success"}],
+        "notes": [
+            e
+            for e in events
+            if e.kind in {"note", "snoozed", "resolution_proposed", "resolution_disputed"}
+        ],
+    }
+
+
+# --- the rest of the console: search, lists, runs, tools, audit log, dashboard --------
+
+# States in which an operation waits for a person's answer (the reconciliation backlog).
+UNRESOLVED = (Status.OUTCOME_UNKNOWN, Status.COMPENSATING)
+
+
+def operation_search(*, user: Any, query: str, limit: int = 50) -> list[Operation]:
+    """Operations whose id, operation key, idempotency key, call id or downstream
+    reference is exactly ``query``, among those the person may see; newest first.
+
+    Ids and idempotency keys are minted by the server, prefixed and random, and both are
+    indexed: a match there is the answer. Only otherwise are the runner-chosen fields
+    compared.
+    """
+    query = query.strip()
+    if not query:
+        return []
+    visible = operations_visible_to(user).select_related("run", "tool_version").order_by("-id")
+    minted = list(visible.filter(Q(pk=query) | Q(idempotency_key=query))[:limit])
+    if minted:
+        return minted
+    chosen = Q(operation_key=query) | Q(call_id=query) | Q(downstream_id=query)
+    return list(visible.filter(chosen)[:limit])
+
+
+def operations_list_for_user(
+    *,
+    user: Any,
+    status: str | None = None,
+    tool: str | None = None,
+    run: str | None = None,
+) -> QuerySet[Operation]:
+    """The operations list, newest first (ids sort in creation order)."""
+    queryset = operations_visible_to(user)
+    if status:
+        queryset = queryset.filter(status=status)
+    if tool:
+        queryset = queryset.filter(tool_id=tool)
+    if run:
+        queryset = queryset.filter(run_id=run)
+    return queryset.select_related("run", "tool_version").order_by("-id")
+
+
+def runs_for_user(user: Any) -> QuerySet[Run]:
+    """Runs with at least one operation the person may see; superusers see all."""
+    if not user.is_active:
+        return Run.objects.none()
+    names = access.visible_tool_names(user)
+    if names is None:
+        return Run.objects.all()
+    return Run.objects.filter(
+        Exists(Operation.objects.filter(run=OuterRef("pk"), tool_id__in=names))
+    )
+
+
+def run_get_for_user(*, user: Any, run_id: str) -> Run:
+    run = runs_for_user(user).select_related("runner").filter(pk=run_id).first()
+    if run is None:
+        raise NotFound(f"No run {run_id!r}.")
+    return run
+
+
+def tools_visible_to_user(user: Any) -> QuerySet[Tool]:
+    """Tools whose page a person may open: deciders, reconcilers and activators."""
+    return access.tools_for_user(user, [access.DECIDE, access.RECONCILE, access.ACTIVATE])
+
+
+def tool_get_for_user(*, user: Any, name: str) -> Tool:
+    tool = tools_visible_to_user(user).select_related("active_version").filter(pk=name).first()
+    if tool is None:
+        raise NotFound(f"No tool {name!r}.")
+    return tool
+
+
+def _global_holders(codename: str) -> QuerySet[Any]:
+    """Active people holding the model-wide permission, directly or through a group."""
+    permission = Permission.objects.filter(
+        content_type__app_label="operations", codename=codename
+    ).first()
+    user_model = get_user_model()
+    if permission is None:
+        return user_model.objects.none()
+    return (
+        user_model.objects.filter(is_active=True)
+        .filter(Q(user_permissions=permission) | Q(groups__permissions=permission))
+        .distinct()
+    )
+
+
+def tool_access(tool: Tool) -> list[dict[str, Any]]:
+    """Who may decide on, reconcile or activate versions of ``tool``, and how.
+
+    One row per permission: people and groups holding it on this tool, people holding
+    it for every tool, and whether superusers exist (they hold every permission;
+    separation of duties still applies to them).
+    """
+    rows = []
+    superusers = list(
+        get_user_model()
+        .objects.filter(is_active=True, is_superuser=True)
+        .order_by("username")
+        .values_list("username", flat=True)
+    )
+    for perm, label in (
+        (access.DECIDE, "Decide"),
+        (access.RECONCILE, "Reconcile"),
+        (access.ACTIVATE, "Activate"),
+    ):
+        codename = perm.split(".", 1)[1]
+        users = get_users_with_perms(tool, only_with_perms_in=[codename], with_group_users=False)
+        groups = get_groups_with_perms(tool, only_with_perms_in=[codename])
+        rows.append(
+            {
+                "permission": perm,
+                "label": label,
+                "users": sorted(u.get_username() for u in users if u.is_active),
+                "groups": sorted(g.name for g in groups),
+                "global_users": sorted(
+                    u.get_username() for u in _global_holders(codename).exclude(is_superuser=True)
+                ),
+                "superusers": superusers,
+            }
+        )
+    return rows
+
+
+def tool_runners(tool: Tool) -> dict[str, list[Runner]]:
+    """Runners that may invoke ``tool`` (unrestricted ones invoke every tool) and the
+    restricted runners that may not."""
+    granted = get_users_with_perms(tool, only_with_perms_in=["invoke_tool"])
+    may = Q(restrict_tools=False) | Q(service_user__in=granted)
+    may |= Q(service_user__in=_global_holders("invoke_tool"))
+    runners = Runner.objects.filter(is_active=True).select_related("owner").order_by("name")
+    allowed = list(runners.filter(may).distinct())
+    allowed_ids = {runner.pk for runner in allowed}
+    return {
+        "allowed": allowed,
+        "refused": [r for r in runners.filter(restrict_tools=True) if r.pk not in allowed_ids],
+    }
+
+
+def tool_versions(tool: Tool) -> list[ToolVersion]:
+    return list(tool.versions.select_related("registered_by", "activated_by").order_by("-number"))
+
+
+def events_for_user(user: Any) -> QuerySet[Event]:
+    """Audit events a person may read.
+
+    Superusers read everything. Others read the events of tools they may see: every
+    event about a tool they decide on or reconcile, and the contract events (stream
+    ``tool:<name>``) of tools they may activate. Events about no tool (runners, sign-ins,
+    runs) are for superusers.
+    """
+    if access.sees_everything(user):
+        return Event.objects.all()
+    if not user.is_active:
+        return Event.objects.none()
+    seen = list(access.tools_for_user(user).values_list("name", flat=True))
+    activatable = list(
+        access.tools_for_user(user, [access.ACTIVATE]).values_list("name", flat=True)
+    )
+    return Event.objects.filter(
+        Q(tool_name__in=seen)
+        | Q(stream__in=[f"tool:{name}" for name in activatable if name not in seen])
+    )
+
+
+def _actor_filter(actor: str) -> Q:
+    """Events by ``actor``: a label (``user:ann``, ``runner:bot``, ``system:sweep``) or a
+    bare name. People and runners are matched through their indexed foreign keys."""
+    kind, _, name = actor.partition(":") if ":" in actor else ("", "", actor)
+    people = runners = []
+    if kind in ("", "user"):
+        people = list(get_user_model().objects.filter(username=name).values_list("pk", flat=True))
+    if kind in ("", "runner"):
+        runners = list(Runner.objects.filter(name=name).values_list("pk", flat=True))
+    if not (people or runners):
+        return Q(actor=actor if kind else f"system:{name}")
+    return Q(actor_user_id__in=people) | Q(actor_runner_id__in=runners)
+
+
+def audit_events(
+    *,
+    user: Any,
+    actor: str | None = None,
+    kind: str | None = None,
+    tool: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> QuerySet[Event]:
+    """The audit log, newest first. ``actor`` is a full label (``user:ann``) or a bare
+    name matched against people, runners and system actors."""
+    queryset = events_for_user(user)
+    if actor:
+        queryset = queryset.filter(_actor_filter(actor))
+    if kind:
+        queryset = queryset.filter(kind=kind)
+    if tool:
+        queryset = queryset.filter(tool_name=tool)
+    if since:
+        queryset = queryset.filter(at__gte=since)
+    if until:
+        queryset = queryset.filter(at__lt=until)
+    return queryset.order_by("-id")
+
+
+def inbound_events_for_user(
+    *, user: Any, status: str | None = None, tool: str | None = None
+) -> QuerySet[InboundEvent]:
+    """Provider events of the tools a person may see, newest first."""
+    queryset = InboundEvent.objects.filter(tool__in=access.tools_for_user(user)).select_related(
+        "operation"
+    )
+    if status:
+        queryset = queryset.filter(status=status)
+    if tool:
+        queryset = queryset.filter(tool_id=tool)
+    return queryset.order_by("-received_at", "-id")
+
+
+def tool_breaker_history(tool: Tool, limit: int = 20) -> list[Event]:
+    """The latest circuit-breaker changes of a tool, newest first."""
+    return list(
+        Event.objects.filter(stream=f"tool:{tool.name}", kind__startswith="breaker_").order_by(
+            "-seq"
+        )[:limit]
+    )

@@ -1,0 +1,116 @@
+"""Every write of the operation ledger, and the only door to an operation's state.
+
+One module per concern; this package re-exports the public names, so callers write
+``from operations import services`` and ``services.attempt_claim(...)``.
+
+Rules (style.md):
+
+- Each public function takes keyword-only arguments, including who acts, and runs in
+  one ``transaction.atomic`` (``durable=True`` on the runner's hot path: registration,
+  claim, outcome, so "committed before it answers" is enforced, not assumed). It locks
+  the row it changes (``core.lock``; under SQLite every transaction takes the write lock
+  at BEGIN instead), moves it with ``core.transition`` (checked against
+  ``machine.TRANSITIONS``) and appends the event in the same transaction.
+- A refusal that must leave a trace (an expired lease handled during a claim, a grant
+  found invalid) commits the trace and then raises (``core.raise_after_commit``): the
+  private ``*_locked`` helpers return the error instead of raising it inside the
+  transaction.
+- "May this person or runner do X" is asked of ``operations.access``, never decided here.
+- No HTTP call happens inside a transaction; this package imports neither tasks nor the
+  HTTP layer (import-linter contracts in pyproject.toml).
+"""
+
+from .breaker import tool_breaker_set
+from .claims import attempt_claim
+from .core import GENESIS_HASH, Actor, event_append, event_hash, outbox_enqueue
+from .decisions import approval_decide, approval_revoke
+from .endpoints import (
+    webhook_endpoint_create,
+    webhook_endpoint_delete,
+    webhook_endpoint_rotate,
+    webhook_redeliver,
+)
+from .inbound import InboundReceipt, inbound_apply, inbound_receive, tool_inbound_secret_set
+from .outcomes import attempt_heartbeat, attempt_record_outcome
+from .reconciliation import (
+    operation_compensate,
+    operation_compensated_by_hand,
+    operation_note_add,
+    operation_probe_failed,
+    operation_reconcile,
+    operation_resolution_confirm,
+    operation_resolve,
+)
+from .registration import Registration, operation_register
+from .runners import (
+    TOKEN_PREFIX,
+    runner_create,
+    runner_update,
+    token_authenticate,
+    token_create,
+    token_issue_by_user,
+    token_revoke,
+    token_revoke_by_user,
+)
+from .runs import run_cancel, run_create
+from .sweep import (
+    SweepReport,
+    approval_expire_due,
+    inbound_apply_pending,
+    lease_expire_due,
+    operation_deadline_due,
+    run_expire_due,
+    sweep,
+)
+from .tools import ToolRegistration, tool_register, tool_version_activate
+
+__all__ = [
+    "GENESIS_HASH",
+    "TOKEN_PREFIX",
+    "Actor",
+    "InboundReceipt",
+    "Registration",
+    "SweepReport",
+    "ToolRegistration",
+    "approval_decide",
+    "approval_expire_due",
+    "approval_revoke",
+    "attempt_claim",
+    "attempt_heartbeat",
+    "attempt_record_outcome",
+    "event_append",
+    "event_hash",
+    "inbound_apply",
+    "inbound_apply_pending",
+    "inbound_receive",
+    "lease_expire_due",
+    "operation_compensate",
+    "operation_compensated_by_hand",
+    "operation_deadline_due",
+    "operation_note_add",
+    "operation_probe_failed",
+    "operation_reconcile",
+    "operation_register",
+    "operation_resolution_confirm",
+    "operation_resolve",
+    "outbox_enqueue",
+    "run_cancel",
+    "run_create",
+    "run_expire_due",
+    "runner_create",
+    "runner_update",
+    "sweep",
+    "token_authenticate",
+    "token_create",
+    "token_issue_by_user",
+    "token_revoke",
+    "token_revoke_by_user",
+    "tool_breaker_set",
+    "tool_inbound_secret_set",
+    "tool_register",
+    "tool_version_activate",
+    "webhook_endpoint_create",
+    "webhook_endpoint_delete",
+    "webhook_endpoint_rotate",
+    "webhook_redeliver",
+]

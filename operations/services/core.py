@@ -1,0 +1,433 @@
+"""The primitives every write of the ledger is made of, and the ledger itself.
+
+- ``event_append`` adds one event to a stream's hash chain (``event_hash``).
+- ``lock`` takes an operation's row; ``transition`` moves a locked operation along
+  ``machine.TRANSITIONS`` and appends its event and outbox rows in the caller's
+  transaction; ``record`` appends an event that changes no state; ``enter`` and
+  ``succeed`` are the transitions with their target state's bookkeeping.
+- ``outbox_enqueue`` writes webhook messages beside the change they report.
+- ``due_each`` is the one loop of every sweep step; ``raise_after_commit`` the one
+  ending of a service whose refusal leaves a trace.
+
+Nothing here opens a transaction of its own except ``due_each`` (one per item): the
+callers (the other modules of this package) own their transactions.
+"""
+
+import fnmatch
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from functools import partial
+from typing import Any, TypeVar
+
+from django.conf import settings
+from django.db import transaction
+from django.dispatch import Signal
+from django.utils import timezone
+
+from approvals import selectors as approval_selectors
+from approvals import services as approval_services
+from approvals.models import ApprovalRequest
+
+from .. import errors, machine, payloads, telemetry
+from ..canonical import sha256_hex
+from ..machine import Status
+from ..models import Attempt, Event, Operation, OutboxMessage, Runner, WebhookEndpoint
+from ..selectors import operation_refresh
+
+GENESIS_HASH = "0" * 64
+AttemptStatus = Attempt.AttemptStatus
+T = TypeVar("T")
+
+# Sent after the commit that opened an approval request (``request_id``): the tasks
+# module connects the approvers' notification to it, so this layer never imports tasks.
+approval_requested = Signal()
+
+
+# ---------------------------------------------------------------------------------------
+# Actors and the ledger
+
+
+@dataclass(frozen=True)
+class Actor:
+    """Who acts: a runner, a console user, or the system (sweep, probe, claim)."""
+
+    label: str
+    user: Any = None
+    runner: Runner | None = None
+
+    @classmethod
+    def of_runner(cls, runner: Runner) -> "Actor":
+        return cls(f"runner:{runner.name}", runner=runner)
+
+    @classmethod
+    def of_user(cls, user: Any) -> "Actor":
+        return cls(f"user:{user.get_username()}", user=user)
+
+    @classmethod
+    def system(cls, name: str) -> "Actor":
+        return cls(f"system:{name}")
+
+
+def json_safe(value: Any) -> Any:
+    """Event data as plain JSON: timestamps as RFC 3339 strings, decimals as numbers."""
+    if isinstance(value, dict):
+        return {str(key): json_safe(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(item) for item in value]
+    if isinstance(value, datetime):
+        return iso(value)
+    if isinstance(value, Decimal):
+        return float(value)
+    return value
+
+
+def iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def event_hash(event: Event) -> str:
+    """The hash that chains an event to its stream's previous event."""
+    return sha256_hex(
+        {
+            "stream": event.stream,
+            "seq": event.seq,
+            "kind": event.kind,
+            "from": event.from_status,
+            "to": event.to_status,
+            "actor": event.actor,
+            "at": iso(event.at),
+            "data": event.data,
+            "prev": event.prev_hash,
+        }
+    )
+
+
+def event_append(
+    *,
+    stream: str,
+    kind: str,
+    actor: Actor,
+    operation: Operation | None = None,
+    run: Any = None,
+    tool_name: str = "",
+    from_status: str = "",
+    to_status: str = "",
+    data: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> Event:
+    """Append one event to ``stream``; the caller holds the lock of the stream's row."""
+    last = Event.objects.filter(stream=stream).order_by("-seq").values_list("seq", "hash").first()
+    seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
+    event = Event(
+        stream=stream,
+        seq=seq,
+        kind=kind,
+        operation=operation,
+        run=run if run is not None else (operation.run if operation is not None else None),
+        tool_name=tool_name or (operation.tool_id if operation is not None else ""),
+        from_status=from_status,
+        to_status=to_status,
+        actor=actor.label,
+        actor_user=actor.user,
+        actor_runner=actor.runner,
+        at=now or timezone.now(),
+        data=json_safe(data or {}),
+        prev_hash=prev_hash,
+    )
+    event.hash = event_hash(event)
+    event.save()
+    return event
+
+
+# ---------------------------------------------------------------------------------------
+# Locking and transitions
+
+
+# What a transition reads beside the operation row. FOR UPDATE OF self: the joined rows
+# are read, not locked (and PostgreSQL refuses to lock the nullable side of a join).
+LOCK_RELATED = ("tool_version", "tool", "tool__active_version", "run", "runner")
+
+
+def lock(operation_id: str) -> Operation:
+    return (
+        Operation.objects.select_for_update(of=("self",))
+        .select_related(*LOCK_RELATED)
+        .get(pk=operation_id)
+    )
+
+
+def lock_if_due(**still_due: Any) -> Operation | None:
+    """Lock the operation that still matches ``still_due``, skipping one another
+    transaction holds (a sweep on another worker, a runner's claim or outcome)."""
+    return (
+        Operation.objects.select_for_update(skip_locked=True, of=("self",))
+        .select_related(*LOCK_RELATED)
+        .filter(**still_due)
+        .first()
+    )
+
+
+def transition(
+    op: Operation,
+    *,
+    to: Status,
+    kind: str,
+    actor: Actor,
+    now: datetime,
+    data: dict[str, Any] | None = None,
+    **changes: Any,
+) -> Event:
+    """Move a locked operation to ``to``, saving ``changes`` and the event together."""
+    source = op.status
+    if not machine.can_transition(source, to):
+        raise errors.InvalidTransition(f"{source} -> {to} is not an allowed transition.")
+    op.status = to
+    op.status_changed_at = now
+    for name, value in changes.items():
+        setattr(op, name, value)
+    if to != Status.EXECUTING:
+        op.lease_until = None
+    op.save()
+    event = event_append(
+        stream=op.id,
+        kind=kind,
+        actor=actor,
+        operation=op,
+        from_status=source,
+        to_status=to,
+        data=data,
+        now=now,
+    )
+    outbox_enqueue(op=op, event_type=f"operation.{to}", now=now)
+    if to in machine.TERMINAL and telemetry.enabled():
+        transaction.on_commit(partial(telemetry.export_operation, op.id))
+    return event
+
+
+def record(
+    op: Operation, *, kind: str, actor: Actor, now: datetime, data: dict[str, Any] | None = None
+) -> Event:
+    """An event that changes no state (heartbeat, late outcome, probe)."""
+    return event_append(
+        stream=op.id,
+        kind=kind,
+        actor=actor,
+        operation=op,
+        from_status=op.status,
+        to_status=op.status,
+        data=data,
+        now=now,
+    )
+
+
+def enter(op: Operation, *, to: Status, **kwargs: Any) -> Event:
+    """A transition that also prepares the target state's bookkeeping."""
+    if to == Status.OUTCOME_UNKNOWN:
+        # The first lookup waits a short grace: a request the runner sent just before its
+        # lease ran out may still be on its way to the provider, and a lookup that
+        # answers "not found" before it lands would allow a second effect.
+        grace = timedelta(seconds=settings.RECONCILE_FIRST_PROBE_DELAY_S)
+        kwargs.setdefault("next_probe_at", kwargs["now"] + grace)
+        kwargs.setdefault("probes", 0)
+    else:
+        kwargs.setdefault("next_probe_at", None)
+    kwargs.setdefault("snoozed_until", None)
+    return transition(op, to=to, **kwargs)
+
+
+def succeed(
+    op: Operation,
+    *,
+    kind: str,
+    actor: Actor,
+    now: datetime,
+    data: dict[str, Any],
+    downstream_id: str = "",
+    result: Any = None,
+) -> Event:
+    """Close an operation as succeeded: the effect happened, whoever says so (the
+    runner's outcome, a late one, a reconciliation answer, a provider's event)."""
+    return enter(
+        op,
+        to=Status.SUCCEEDED,
+        kind=kind,
+        actor=actor,
+        now=now,
+        data=data,
+        result=result if result is not None else op.result,
+        downstream_id=downstream_id or op.downstream_id,
+        error_code="",
+        error_detail="",
+        unknown_sticky=False,
+    )
+
+
+def budget_exhaust(op: Operation, *, why: str, actor: Actor, now: datetime, **data: Any) -> str:
+    """End an operation that has no attempt or time left, and return the one sentence
+    that says so (the operation's ``error_detail`` and the refusal's ``detail``).
+
+    It ends ``budget_exhausted``, or ``outcome_unknown`` where an earlier attempt may
+    have had its effect ("unknown is sticky", ``machine.end_without_retry``).
+    """
+    detail = f"The operation's budget is exhausted: {why}."
+    enter(
+        op,
+        to=machine.end_without_retry(
+            effect_class=op.effect_class,
+            unknown_sticky=op.unknown_sticky,
+            wanted=Status.BUDGET_EXHAUSTED,
+        ),
+        kind="budget_exhausted",
+        actor=actor,
+        now=now,
+        data={"reason": why, **data},
+        error_code="budget_exhausted",
+        error_detail=detail,
+    )
+    return detail
+
+
+def current_attempt(op: Operation) -> Attempt | None:
+    """The executing attempt of a locked operation, locked too."""
+    return (
+        Attempt.objects.select_for_update()
+        .filter(operation=op, number=op.attempts, status=AttemptStatus.EXECUTING)
+        .first()
+    )
+
+
+def attempt_supersede(op: Operation, *, now: datetime) -> None:
+    """The effect is known to have happened while an attempt still executes: that
+    attempt is stale, and its outcome will be answered ``stale_attempt``."""
+    attempt = current_attempt(op)
+    if attempt is not None:
+        attempt.status = AttemptStatus.SUPERSEDED
+        attempt.closed_at = now
+        attempt.save(update_fields=["status", "closed_at"])
+
+
+def retry_after_ms(until: datetime, now: datetime) -> int:
+    return max(1, int((until - now).total_seconds() * 1000) + 1)
+
+
+# ---------------------------------------------------------------------------------------
+# Approval requests opened and withdrawn by the operation's transitions
+
+
+def approval_request_open(
+    op: Operation,
+    *,
+    reason: str,
+    context: dict[str, Any],
+    now: datetime,
+) -> ApprovalRequest:
+    approval = op.tool_version.contract["approval"]
+    barred = {op.principal_user_id, op.runner.owner_id, *context.pop("barred_user_ids", [])}
+    context["barred_user_ids"] = sorted(pk for pk in barred if pk is not None)
+    request = approval_services.request_open(
+        operation=op,
+        intent_hash=op.intent_hash,
+        approvals_required=approval["approvals_required"],
+        request_ttl_s=approval["request_ttl_s"],
+        grant_ttl_s=approval["grant_ttl_s"],
+        reason=reason,
+        context=context,
+        now=now,
+    )
+    transaction.on_commit(
+        partial(approval_requested.send, sender=ApprovalRequest, request_id=request.id)
+    )
+    return request
+
+
+def approval_withdraw_pending(op: Operation, *, now: datetime) -> None:
+    latest = approval_selectors.request_latest(op)
+    if latest is not None and latest.status == ApprovalRequest.RequestStatus.PENDING:
+        approval_services.request_withdraw(request=latest, now=now)
+
+
+# ---------------------------------------------------------------------------------------
+# The outbox: webhooks written in the transaction of the change they report
+
+
+def _subscribed(runner_id: str, event_type: str) -> list[WebhookEndpoint]:
+    endpoints = WebhookEndpoint.objects.filter(runner_id=runner_id, is_active=True)
+    return [
+        endpoint
+        for endpoint in endpoints
+        if any(fnmatch.fnmatchcase(event_type, pattern) for pattern in endpoint.events)
+    ]
+
+
+def outbox_enqueue(
+    *, op: Operation, event_type: str, now: datetime, extra: dict[str, Any] | None = None
+) -> int:
+    """Write one outbox message per subscribed endpoint; the caller's transaction commits
+    them with the change, so a change is never reported without happening or lost."""
+    endpoints = _subscribed(op.runner_id, event_type)
+    if not endpoints:
+        return 0
+    payload = {
+        "type": event_type,
+        "timestamp": iso(now),
+        "data": {"operation": payloads.operation(operation_refresh(op)), **(extra or {})},
+    }
+    OutboxMessage.objects.bulk_create(
+        OutboxMessage(
+            endpoint=endpoint,
+            operation=op,
+            event_type=event_type,
+            payload=json_safe(payload),
+            created_at=now,
+            next_attempt_at=now,
+        )
+        for endpoint in endpoints
+    )
+    return len(endpoints)
+
+
+def outbox_approval_decided(op: Operation, request: ApprovalRequest, *, now: datetime) -> None:
+    request.refresh_from_db()
+    outbox_enqueue(
+        op=op,
+        event_type="approval.decided",
+        now=now,
+        extra={"approval": payloads.approval(request)},
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Endings shared by many services
+
+
+def raise_after_commit(result: T | Exception) -> T:
+    """Return ``result``, or raise it if it is a refusal.
+
+    Called after the ``atomic`` block closed: a refusal that must leave a trace (an
+    expired lease handled during a claim, a grant found invalid, a conflicting outcome)
+    is committed first and raised second, since raising inside the block would undo it.
+    """
+    if isinstance(result, Exception):
+        raise result
+    return result
+
+
+def due_each(due: Iterable[T], handle: Callable[[T], bool]) -> int:
+    """The one loop of every sweep step; returns how many items ``handle`` acted on.
+
+    1. ``due`` is read once, without locks (a bounded query of ids).
+    2. Each item gets a transaction of its own, so one slow or failing item holds no
+       other's lock and what was done before it stays done.
+    3. ``handle`` takes its row with SKIP LOCKED and checks again that it is still due
+       (``lock_if_due``): another worker, a claim or an outcome may have got there
+       first. It answers whether it acted. Safe on many workers at once.
+    """
+    handled = 0
+    for item in list(due):
+        with transaction.atomic():
+            handled += bool(handle(item))
+    return handled

@@ -1,0 +1,97 @@
+"""Webhook endpoints of a runner: registration, secret rotation, redelivery."""
+
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from approvals.errors import PermissionRefused
+
+from .. import access
+from ..crypto import encrypt
+from ..models import (
+    OutboxMessage,
+    Runner,
+    WebhookEndpoint,
+)
+from ..webhooks import new_secret as webhooks_new_secret
+from .core import (
+    Actor,
+    event_append,
+    lock,
+    record,
+)
+
+
+def webhook_endpoint_create(
+    *, runner: Runner, url: str, events: list[str]
+) -> tuple[WebhookEndpoint, str]:
+    """Register an endpoint; its signing secret is returned only here."""
+    secret = webhooks_new_secret()
+    with transaction.atomic():
+        Runner.objects.select_for_update().get(pk=runner.pk)
+        endpoint = WebhookEndpoint.objects.create(
+            runner=runner, url=url, events=sorted(set(events)), secret_encrypted=encrypt(secret)
+        )
+        event_append(
+            stream=f"runner:{runner.id}",
+            kind="webhook_endpoint_created",
+            actor=Actor.of_runner(runner),
+            data={"endpoint": endpoint.id, "url": url, "events": endpoint.events},
+        )
+    return endpoint, secret
+
+
+def webhook_endpoint_rotate(
+    *, endpoint: WebhookEndpoint, actor: Actor, overlap: timedelta = timedelta(hours=24)
+) -> str:
+    """A new secret; the old one keeps signing (as a second signature) during ``overlap``."""
+    secret = webhooks_new_secret()
+    with transaction.atomic():
+        endpoint = WebhookEndpoint.objects.select_for_update().get(pk=endpoint.pk)
+        endpoint.previous_secret_encrypted = endpoint.secret_encrypted
+        endpoint.previous_secret_until = timezone.now() + overlap
+        endpoint.secret_encrypted = encrypt(secret)
+        endpoint.save()
+        event_append(
+            stream=f"runner:{endpoint.runner_id}",
+            kind="webhook_secret_rotated",
+            actor=actor,
+            data={"endpoint": endpoint.id, "overlap_until": endpoint.previous_secret_until},
+        )
+    return secret
+
+
+def webhook_endpoint_delete(*, endpoint: WebhookEndpoint, actor: Actor) -> None:
+    with transaction.atomic():
+        Runner.objects.select_for_update().get(pk=endpoint.runner_id)
+        event_append(
+            stream=f"runner:{endpoint.runner_id}",
+            kind="webhook_endpoint_deleted",
+            actor=actor,
+            data={"endpoint": endpoint.id, "url": endpoint.url},
+        )
+        endpoint.delete()
+
+
+def webhook_redeliver(*, message: OutboxMessage, user: Any) -> OutboxMessage:
+    """A person asks for one more delivery of a message, whatever its state."""
+    with transaction.atomic():
+        op = lock(message.operation_id) if message.operation_id else None
+        if op is not None and not access.may_redeliver(user, op):
+            raise PermissionRefused("You may not redeliver webhooks of this operation.")
+        message = OutboxMessage.objects.select_for_update().get(pk=message.pk)
+        now = timezone.now()
+        message.status = OutboxMessage.MessageStatus.PENDING
+        message.next_attempt_at = now
+        message.save(update_fields=["status", "next_attempt_at"])
+        if op is not None:
+            record(
+                op,
+                kind="webhook_redelivery",
+                actor=Actor.of_user(user),
+                now=now,
+                data={"message": message.id, "event_type": message.event_type},
+            )
+    return message

@@ -1,0 +1,305 @@
+"""Outcomes of attempts, leases and late results (product.md §3's outcome table)."""
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from .. import errors, machine
+from ..canonical import canonical_json
+from ..machine import Status, Verdict
+from ..models import (
+    Attempt,
+    Operation,
+    Run,
+    Runner,
+)
+from .breaker import breaker_record_locked
+from .core import (
+    Actor,
+    AttemptStatus,
+    approval_withdraw_pending,
+    attempt_supersede,
+    current_attempt,
+    enter,
+    lock,
+    raise_after_commit,
+    record,
+    succeed,
+)
+
+
+def _settle(
+    op: Operation,
+    *,
+    kind: str,
+    code: str,
+    detail: str,
+    actor: Actor,
+    now: datetime,
+    event_kind: str,
+    attempt_number: int,
+    retry_after_ms: int | None = None,
+    result: Any = None,
+    downstream_id: str = "",
+) -> None:
+    """Apply the outcome table (product.md §3) to an executing operation."""
+    contract = op.tool_version.contract
+    retry = contract["retry"]
+    verdict = machine.classify_outcome(
+        effect_class=op.effect_class,
+        kind=kind,
+        code=code or None,
+        retryable_codes=retry["retryable_codes"],
+    )
+    sticky = op.unknown_sticky or (kind == "unknown" and machine.is_write(op.effect_class))
+    data = {"attempt": attempt_number, "kind": kind, "code": code, "verdict": verdict.value}
+    common = {"actor": actor, "now": now, "kind": event_kind, "unknown_sticky": sticky}
+    breaker_record_locked(op, succeeded=kind == "succeeded", code=code, now=now)
+
+    if verdict == Verdict.SUCCEEDED:
+        succeed(
+            op,
+            kind=event_kind,
+            actor=actor,
+            now=now,
+            data=data,
+            result=result,
+            downstream_id=downstream_id,
+        )
+    elif verdict == Verdict.FAILED_PERMANENT:
+        target = machine.end_without_retry(
+            effect_class=op.effect_class, unknown_sticky=sticky, wanted=Status.FAILED_PERMANENT
+        )
+        enter(op, to=target, data=data, error_code=code, error_detail=detail, **common)
+    elif verdict == Verdict.COMPENSATE:
+        enter(op, to=Status.COMPENSATING, data=data, error_code=code, error_detail=detail, **common)
+    elif verdict == Verdict.RECONCILE:
+        enter(
+            op, to=Status.OUTCOME_UNKNOWN, data=data, error_code=code, error_detail=detail, **common
+        )
+    else:
+        delay_ms = machine.backoff_delay_ms(
+            attempt=op.attempts,
+            base_delay_ms=retry["base_delay_ms"],
+            max_delay_ms=retry["max_delay_ms"],
+        )
+        delay_ms = max(delay_ms, retry_after_ms or 0)
+        not_before = now + timedelta(milliseconds=delay_ms)
+        budget = machine.Budget(
+            attempts_used=op.attempts,
+            max_attempts=retry["max_attempts"],
+            deadline_at=op.deadline_at,
+        )
+        if machine.retry_possible(budget, not_before=not_before):
+            data["not_before"] = not_before
+            enter(
+                op,
+                to=Status.READY,
+                data=data,
+                not_before=not_before,
+                error_code=code,
+                error_detail=detail,
+                **common,
+            )
+        else:
+            target = machine.end_without_retry(
+                effect_class=op.effect_class, unknown_sticky=sticky, wanted=Status.BUDGET_EXHAUSTED
+            )
+            data["budget"] = "attempts" if op.attempts >= retry["max_attempts"] else "deadline"
+            enter(
+                op,
+                to=target,
+                data=data,
+                error_code=code,
+                error_detail=f"No retry left after attempt {op.attempts}. {detail}".strip(),
+                **common,
+            )
+
+
+def lease_expire_locked(op: Operation, *, actor: Actor, now: datetime) -> None:
+    """An expired lease with no outcome is an ``unknown`` outcome (product.md §3)."""
+    attempt = current_attempt(op)
+    if attempt is not None:
+        attempt.status = AttemptStatus.LEASE_EXPIRED
+        attempt.closed_at = now
+        attempt.save(update_fields=["status", "closed_at"])
+    _settle(
+        op,
+        kind="unknown",
+        code="lease_expired",
+        detail=f"The lease of attempt {op.attempts} expired with no outcome.",
+        actor=actor,
+        now=now,
+        event_kind="lease_expired",
+        attempt_number=op.attempts,
+    )
+
+
+def _outcome_body(body: dict[str, Any]) -> dict[str, Any]:
+    """The stored form of a posted outcome, for comparing a repeat with the original."""
+    return {key: value for key, value in body.items() if value is not None}
+
+
+def attempt_record_outcome(
+    *, operation: Operation, number: int, body: dict[str, Any], runner: Runner
+) -> Operation:
+    """Record what an attempt did and classify the operation.
+
+    The same outcome again answers the operation unchanged; a different one for an
+    attempt that has one is ``outcome_conflict``. Once something acted on the attempt's
+    expired lease, every post is a late outcome: recorded, answered ``stale_attempt``,
+    and only a late success changes state.
+    """
+    actor = Actor.of_runner(runner)
+    posted = _outcome_body(body)
+    with transaction.atomic(durable=True):
+        op = lock(operation.pk)
+        now = timezone.now()
+        attempt = Attempt.objects.select_for_update().filter(operation=op, number=number).first()
+        if attempt is None:
+            raise errors.NotFound(f"Operation {op.id} has no attempt {number}.")
+        result: Operation | errors.DomainError
+        if attempt.status in (AttemptStatus.LEASE_EXPIRED, AttemptStatus.SUPERSEDED):
+            result = _late_outcome_locked(op, attempt=attempt, body=posted, actor=actor, now=now)
+        elif attempt.status != AttemptStatus.EXECUTING:
+            if canonical_json(attempt.outcome) == canonical_json(posted):
+                result = op
+            else:
+                record(
+                    op,
+                    kind="outcome_conflict",
+                    actor=actor,
+                    now=now,
+                    data={
+                        "attempt": number,
+                        "recorded": attempt.status,
+                        "posted": posted["kind"],
+                        "code": posted.get("code"),
+                    },
+                )
+                result = errors.OutcomeConflict(
+                    f"Attempt {number} already ended {attempt.status}. If the effect is now "
+                    "known to have happened, post a reconciliation."
+                )
+        else:
+            result = _apply_outcome_locked(op, attempt=attempt, body=posted, actor=actor, now=now)
+    return raise_after_commit(result)
+
+
+def _add_spend(op: Operation, cost: Any) -> None:
+    if cost:
+        Run.objects.filter(pk=op.run_id).update(spend=F("spend") + Decimal(str(cost)))
+
+
+def _apply_outcome_locked(
+    op: Operation, *, attempt: Attempt, body: dict[str, Any], actor: Actor, now: datetime
+) -> Operation:
+    kind = body["kind"]
+    attempt.status = {
+        "succeeded": AttemptStatus.SUCCEEDED,
+        "failed": AttemptStatus.FAILED,
+        "unknown": AttemptStatus.UNKNOWN,
+    }[kind]
+    attempt.outcome = body
+    attempt.outcome_code = body.get("code", "")
+    attempt.closed_at = now
+    attempt.save(update_fields=["status", "outcome", "outcome_code", "closed_at"])
+    _add_spend(op, body.get("cost"))
+    _settle(
+        op,
+        kind=kind,
+        code=body.get("code", "unknown" if kind == "unknown" else ""),
+        detail=body.get("detail", ""),
+        actor=actor,
+        now=now,
+        event_kind="outcome",
+        attempt_number=attempt.number,
+        retry_after_ms=body.get("retry_after_ms"),
+        result=body.get("result"),
+        downstream_id=body.get("downstream_id", ""),
+    )
+    return op
+
+
+def _late_outcome_locked(
+    op: Operation, *, attempt: Attempt, body: dict[str, Any], actor: Actor, now: datetime
+) -> errors.DomainError:
+    record(
+        op,
+        kind="late_outcome",
+        actor=actor,
+        now=now,
+        data={"attempt": attempt.number, "outcome": body},
+    )
+    _add_spend(op, body.get("cost"))
+    if body["kind"] == "succeeded" and op.status in machine.LATE_SUCCESS_FROM:
+        # The effect happened: that is evidence whatever else went on meanwhile.
+        if op.status == Status.EXECUTING:
+            attempt_supersede(op, now=now)
+        approval_withdraw_pending(op, now=now)
+        succeed(
+            op,
+            kind="late_success",
+            actor=actor,
+            now=now,
+            data={"attempt": attempt.number, "downstream_id": body.get("downstream_id")},
+            result=body.get("result"),
+            downstream_id=body.get("downstream_id", ""),
+        )
+    elif (
+        body["kind"] == "unknown"
+        and attempt.not_applied
+        and op.effect_class == machine.EffectClass.IRREVERSIBLE
+        and op.status in (Status.READY, Status.AWAITING_APPROVAL)
+    ):
+        # Reconciliation said this attempt did not happen, and now its runner says it
+        # sent it and never heard back: the request may have landed after the lookup.
+        # The "not found" is no longer safe to act on, so the question is open again.
+        approval_withdraw_pending(op, now=now)
+        enter(
+            op,
+            to=Status.OUTCOME_UNKNOWN,
+            kind="reopened",
+            actor=actor,
+            now=now,
+            data={"attempt": attempt.number, "reason": "a late unknown outcome after not_found"},
+            unknown_sticky=True,
+            error_code=body.get("code", "unknown"),
+            error_detail=f"Attempt {attempt.number} reported an unknown outcome after "
+            "reconciliation found it had not happened; reconcile again.",
+        )
+        Attempt.objects.filter(pk=attempt.pk).update(not_applied=False)
+    return errors.StaleAttempt(
+        f"Attempt {attempt.number}'s lease ended before this outcome; it was recorded as a "
+        "late outcome."
+    )
+
+
+def attempt_heartbeat(
+    *, operation: Operation, number: int, lease_s: int, runner: Runner
+) -> Attempt:
+    with transaction.atomic():
+        op = lock(operation.pk)
+        now = timezone.now()
+        attempt = Attempt.objects.select_for_update().filter(operation=op, number=number).first()
+        if attempt is None:
+            raise errors.NotFound(f"Operation {op.id} has no attempt {number}.")
+        if attempt.status != AttemptStatus.EXECUTING or attempt.lease_until <= now:
+            raise errors.StaleAttempt(f"Attempt {number} no longer holds a lease.")
+        attempt.lease_until = now + timedelta(seconds=lease_s)
+        attempt.last_heartbeat_at = now
+        attempt.save(update_fields=["lease_until", "last_heartbeat_at"])
+        op.lease_until = attempt.lease_until
+        op.save(update_fields=["lease_until", "updated_at"])
+        record(
+            op,
+            kind="heartbeat",
+            actor=Actor.of_runner(runner),
+            now=now,
+            data={"attempt": number, "lease_until": attempt.lease_until},
+        )
+    return attempt

@@ -1,0 +1,134 @@
+"""The time-driven transitions. Each step is one ``due_each`` loop: a bounded read of
+due ids, then one transaction per item that takes its row with SKIP LOCKED and checks
+again that it is still due. Idempotent; safe on many workers at once."""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from approvals.models import ApprovalRequest
+
+from ..machine import Status
+from ..models import InboundEvent, Operation, Run
+from .core import (
+    Actor,
+    approval_withdraw_pending,
+    budget_exhaust,
+    due_each,
+    event_append,
+    lock_if_due,
+)
+from .decisions import request_expire_locked
+from .inbound import inbound_apply
+from .outcomes import lease_expire_locked
+
+WAITING = (Status.READY, Status.AWAITING_APPROVAL)
+
+
+def lease_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Treat every expired lease as an ``unknown`` outcome: a claim or outcome that got
+    to the operation first wins."""
+    now = now or timezone.now()
+    still_due = {"status": Status.EXECUTING, "lease_until__lte": now}
+
+    def expire(operation_id: str) -> bool:
+        op = lock_if_due(pk=operation_id, **still_due)
+        if op is None:
+            return False
+        lease_expire_locked(op, actor=Actor.system("sweep"), now=now)
+        return True
+
+    due = Operation.objects.filter(**still_due).values_list("pk", flat=True)[:limit]
+    return due_each(due, expire)
+
+
+def operation_deadline_due(*, now: datetime | None = None, limit: int = 500) -> int:
+    """End waiting operations past their deadline."""
+    now = now or timezone.now()
+    still_due = {"status__in": WAITING, "deadline_at__lte": now}
+
+    def end(operation_id: str) -> bool:
+        op = lock_if_due(pk=operation_id, **still_due)
+        if op is None:
+            return False
+        approval_withdraw_pending(op, now=now)
+        budget_exhaust(op, why="deadline passed", actor=Actor.system("sweep"), now=now)
+        return True
+
+    due = Operation.objects.filter(**still_due).values_list("pk", flat=True)[:limit]
+    return due_each(due, end)
+
+
+def approval_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:
+    """End operations whose approval request expired undecided."""
+    now = now or timezone.now()
+
+    def expire(item: tuple[str, str]) -> bool:
+        request_id, operation_id = item
+        op = lock_if_due(pk=operation_id)
+        if op is None:
+            return False
+        request = ApprovalRequest.objects.select_for_update().get(pk=request_id)
+        return request_expire_locked(op, request, now=now)
+
+    due = ApprovalRequest.objects.filter(
+        status=ApprovalRequest.RequestStatus.PENDING, expires_at__lte=now
+    ).values_list("pk", "operation_id")[:limit]
+    return due_each(due, expire)
+
+
+def run_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Mark active runs past their deadline as expired."""
+    now = now or timezone.now()
+    still_due = {"status": Run.RunStatus.ACTIVE, "deadline_at__lte": now}
+
+    def expire(run_id: str) -> bool:
+        run = Run.objects.select_for_update(skip_locked=True).filter(pk=run_id, **still_due).first()
+        if run is None:
+            return False
+        run.status = Run.RunStatus.EXPIRED
+        run.ended_at = now
+        run.save(update_fields=["status", "ended_at", "updated_at"])
+        event_append(
+            stream=run.id,
+            kind="run_expired",
+            actor=Actor.system("sweep"),
+            run=run,
+            from_status=Run.RunStatus.ACTIVE,
+            to_status=run.status,
+            now=now,
+        )
+        return True
+
+    due = Run.objects.filter(**still_due).values_list("pk", flat=True)[:limit]
+    return due_each(due, expire)
+
+
+def inbound_apply_pending(*, limit: int = 100) -> int:
+    """Apply provider events that were recorded but not applied (``inbound_receive``
+    applies at once; this catches the ones whose application failed)."""
+    due = InboundEvent.objects.filter(
+        status=InboundEvent.InboundStatus.RECEIVED,
+        received_at__lte=timezone.now() - timedelta(seconds=10),
+    ).values_list("pk", flat=True)[:limit]
+    return due_each(due, lambda event_id: bool(inbound_apply(event_id=event_id)))
+
+
+@dataclass(frozen=True)
+class SweepReport:
+    leases_expired: int
+    approvals_expired: int
+    operations_past_deadline: int
+    runs_expired: int
+
+
+def sweep(*, now: datetime | None = None) -> SweepReport:
+    """Every time-driven transition, once."""
+    now = now or timezone.now()
+    return SweepReport(
+        leases_expired=lease_expire_due(now=now),
+        approvals_expired=approval_expire_due(now=now),
+        operations_past_deadline=operation_deadline_due(now=now),
+        runs_expired=run_expire_due(now=now),
+    )

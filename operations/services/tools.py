@@ -1,0 +1,110 @@
+"""Tool contracts: versions, and their activation by a person."""
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from approvals.errors import PermissionRefused
+
+from .. import access
+from ..canonical import sha256_hex
+from ..contracts import normalize_contract, weakenings
+from ..models import (
+    Runner,
+    Tool,
+    ToolVersion,
+)
+from .core import (
+    Actor,
+    event_append,
+)
+
+
+@dataclass(frozen=True)
+class ToolRegistration:
+    version: ToolVersion
+    created: bool  # the tool did not exist before
+    changed: bool  # a new version was stored
+
+
+def _lock_or_create_tool(name: str) -> tuple[Tool, bool]:
+    tool = Tool.objects.select_for_update().filter(pk=name).first()
+    if tool is not None:
+        return tool, False
+    try:
+        with transaction.atomic():
+            return Tool.objects.create(name=name), True
+    except IntegrityError:
+        return Tool.objects.select_for_update().get(pk=name), False
+
+
+def tool_register(*, name: str, body: Any, runner: Runner) -> ToolRegistration:
+    """Store a contract as a new version if it differs from the latest one.
+
+    A version that weakens the active one is stored inactive; a person allowed to
+    activate tools (never the registering runner's owner) must activate it.
+    """
+    contract = normalize_contract(body)
+    digest = sha256_hex(contract)
+    actor = Actor.of_runner(runner)
+    with transaction.atomic():
+        tool, created = _lock_or_create_tool(name)
+        latest = tool.versions.order_by("-number").first()
+        if latest is not None and latest.contract_hash == digest:
+            return ToolRegistration(version=latest, created=False, changed=False)
+        active = tool.active_version
+        reasons = weakenings(active.contract, contract) if active is not None else []
+        now = timezone.now()
+        version = ToolVersion.objects.create(
+            tool=tool,
+            number=latest.number + 1 if latest else 1,
+            contract=contract,
+            contract_hash=digest,
+            weakens=reasons,
+            registered_by=runner,
+            activated_at=None if reasons else now,
+        )
+        if not reasons:
+            tool.active_version = version
+            tool.save(update_fields=["active_version"])
+        event_append(
+            stream=f"tool:{tool.name}",
+            kind="contract_registered",
+            actor=actor,
+            tool_name=tool.name,
+            data={
+                "version": version.number,
+                "active": not reasons,
+                "weakens": reasons,
+                "contract_hash": digest,
+            },
+            now=now,
+        )
+    return ToolRegistration(version=version, created=created, changed=True)
+
+
+def tool_version_activate(*, version: ToolVersion, user: Any) -> ToolVersion:
+    """Make ``version`` the active contract of its tool (a person's decision)."""
+    tool = version.tool
+    refusal = access.activate_refusal(user, version)
+    if refusal is not None:
+        raise PermissionRefused(refusal)
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update().get(pk=tool.pk)
+        previous = tool.active_version_id
+        now = timezone.now()
+        ToolVersion.objects.filter(pk=version.pk).update(activated_at=now, activated_by=user)
+        tool.active_version = version
+        tool.save(update_fields=["active_version"])
+        event_append(
+            stream=f"tool:{tool.name}",
+            kind="contract_activated",
+            actor=Actor.of_user(user),
+            tool_name=tool.name,
+            data={"version": version.number, "previous_version_id": previous},
+            now=now,
+        )
+    version.refresh_from_db()
+    return version
