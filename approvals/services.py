@@ -55,11 +55,6 @@ def request_withdraw(*, request: ApprovalRequest, now=None) -> bool:
     return bool(changed)
 
 
-def barred_user_ids(request: ApprovalRequest) -> set[int]:
-    """People who may not decide on this request (separation of duties)."""
-    return set(request.context.get("barred_user_ids", []))
-
-
 @dataclass(frozen=True)
 class DecisionResult:
     decision: Decision

@@ -11,9 +11,11 @@ group's) counts for every tool. Superusers hold every permission, but no rule he
 exempts them from separation of duties.
 """
 
+import unicodedata
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 from guardian.core import ObjectPermissionChecker
 from guardian.shortcuts import get_objects_for_user
@@ -50,9 +52,16 @@ def _holds(user: Any, perm: str, tool: Tool | None = None) -> bool:
 # Runners
 
 
+def runner_owns(runner: Runner, tool: Tool) -> bool:
+    """The owner changes the contract (and with it the breaker) and allows others."""
+    return tool.owner_id == runner.pk
+
+
 def runner_may_invoke(runner: Runner, tool: Tool) -> bool:
-    """By default a runner may invoke every tool; a restricted one only those granted."""
-    if not runner.restrict_tools:
+    """A runner invokes the tools it owns and those it was allowed on (``invoke_tool``
+    on its service user, given by the tool's owner or a person); a restricted runner
+    (``restrict_tools``) only the ones it was allowed on."""
+    if not runner.restrict_tools and runner_owns(runner, tool):
         return True
     return bool(runner.service_user.has_perm(INVOKE, tool))
 
@@ -78,6 +87,32 @@ def decision_needs_second_factor(op: Operation) -> bool:
     )
 
 
+def principal_user_ids(principal: str) -> set[int]:
+    """The people a principal names now: ``user:<username>``, compared as identities
+    (NFKC, case-folded), so ``user:ALICE`` names alice, and a person created after the
+    operation is named too."""
+    if not principal.startswith("user:"):
+        return set()
+    name = principal[len("user:") :]
+    candidates = get_user_model().objects.filter(username__iexact=name).only("pk", "username")
+    return {user.pk for user in candidates if _identity(user.get_username()) == name}
+
+
+def _identity(username: str) -> str:
+    return unicodedata.normalize("NFKC", username).casefold()
+
+
+def barred_user_ids(*, request: ApprovalRequest, op: Operation) -> set[int]:
+    """Who may not decide on ``request`` (separation of duties), judged now: the
+    people the principal names, the runner's owner, and anyone the request itself
+    bars (whoever declared the "did not happen" that led to it)."""
+    barred = set(request.context.get("barred_user_ids", []))
+    barred |= principal_user_ids(op.principal)
+    if op.runner.owner_id is not None:
+        barred.add(op.runner.owner_id)
+    return barred
+
+
 def decide_refusal(
     *, user: Any, request: ApprovalRequest, op: Operation, otp_verified: bool = False
 ) -> str | None:
@@ -90,7 +125,7 @@ def decide_refusal(
         return "Your account is inactive."
     if not user.has_perm(DECIDE, op.tool):
         return "You do not hold the permission to decide for this tool."
-    if user.pk in set(request.context.get("barred_user_ids", [])):
+    if user.pk in barred_user_ids(request=request, op=op):
         return (
             "You cannot decide on this operation: you are its principal, its runner's "
             "owner, or you declared the reconciliation that led to this request."
@@ -179,6 +214,17 @@ def require_operate_breaker(user: Any, tool: Tool) -> None:
 
 # ---------------------------------------------------------------------------------------
 # Runs and runners
+
+
+def may_administer_tools(user: Any) -> bool:
+    """Who may transfer a tool to another runner and allow runners on it: those who
+    manage runners (the ``change runner`` permission)."""
+    return may_manage_runners(user)
+
+
+def require_administer_tools(user: Any) -> None:
+    if not may_administer_tools(user):
+        raise PermissionRefused("Transferring tools needs the 'change runner' permission.")
 
 
 def may_cancel_run(user: Any) -> bool:

@@ -31,6 +31,7 @@ from .serializers import (
     ReconciliationIn,
     RunIn,
     RunOut,
+    ToolInvokerOut,
     ToolOut,
     ToolResultOut,
     WebhookEndpointCreatedOut,
@@ -110,6 +111,38 @@ class ToolDetailView(APIView):
         version = registration.version
         version.tool.refresh_from_db()
         return Response(ToolOut(version).data, status=201 if registration.created else 200)
+
+
+class ToolInvokerView(APIView):
+    """The tool's owner allows another runner to invoke it, or takes that away."""
+
+    required_scope = RunnerToken.SCOPE_REGISTER_CONTRACTS
+
+    def _set(self, request: Request, name: str, runner_name: str, allow: bool) -> Response:
+        tool = selectors.tool_get(name)
+        other = selectors.runner_get_by_name(runner_name)
+        services.tool_invoker_set(
+            tool=tool, runner=other, allow=allow, actor=services.Actor.of_runner(request.user)
+        )
+        return Response({"tool": tool.name, "runner": other.name, "allowed": allow})
+
+    @extend_schema(
+        request=None,
+        responses={200: ToolInvokerOut, **_problems(403, 404)},
+        tags=["tools"],
+        description="Allow another runner to invoke this tool (owner only; api.md, Tools).",
+    )
+    def put(self, request: Request, name: str, runner_name: str) -> Response:
+        return self._set(request, name, runner_name, allow=True)
+
+    @extend_schema(
+        request=None,
+        responses={200: ToolInvokerOut, **_problems(403, 404)},
+        tags=["tools"],
+        description="Stop another runner from invoking this tool (owner only).",
+    )
+    def delete(self, request: Request, name: str, runner_name: str) -> Response:
+        return self._set(request, name, runner_name, allow=False)
 
 
 # --- runs -------------------------------------------------------------------------------
@@ -437,6 +470,7 @@ class ApprovalDetailView(APIView):
 urlpatterns = [
     path("tools", ToolListView.as_view()),
     path("tools/<str:name>", ToolDetailView.as_view()),
+    path("tools/<str:name>/invokers/<str:runner_name>", ToolInvokerView.as_view()),
     path("runs", RunListView.as_view()),
     path("runs/<str:run_id>", RunDetailView.as_view()),
     path("runs/<str:run_id>/cancel", RunCancelView.as_view()),

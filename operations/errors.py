@@ -72,6 +72,14 @@ class ToolForbidden(DomainError):
     code, status, title = "tool_forbidden", 403, "This runner may not invoke this tool"
 
 
+class InvalidPrincipal(DomainError):
+    code, status, title = "invalid_principal", 400, "The principal is not a usable identity"
+
+
+class ToolNotOwned(DomainError):
+    code, status, title = "tool_not_owned", 403, "Another runner owns this tool"
+
+
 class ScopeForbidden(DomainError):
     code, status, title = "forbidden", 403, "This token's scope does not allow the request"
 

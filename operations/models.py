@@ -86,6 +86,11 @@ class Tool(models.Model):
     active_version = models.ForeignKey(
         "ToolVersion", null=True, on_delete=models.PROTECT, related_name="+"
     )
+    # The runner that registered the tool first: only it changes the contract (and so
+    # the breaker); other runners invoke the tool only when it or a person allows them.
+    owner = models.ForeignKey(
+        Runner, null=True, blank=True, on_delete=models.PROTECT, related_name="owned_tools"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # Signing secret of the provider's inbound events (Standard Webhooks), encrypted. Set
     # by a person, never by a runner: whoever holds it can report effects as done.

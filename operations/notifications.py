@@ -8,7 +8,8 @@ from django.db.models import Q
 from guardian.shortcuts import get_users_with_perms
 
 from approvals.models import ApprovalRequest
-from approvals.services import barred_user_ids
+
+from . import access
 
 
 def approvers_for(request: ApprovalRequest) -> list:
@@ -22,7 +23,7 @@ def approvers_for(request: ApprovalRequest) -> list:
     global_holders = get_user_model().objects.filter(
         Q(user_permissions=permission) | Q(groups__permissions=permission)
     )
-    barred = barred_user_ids(request)
+    barred = access.barred_user_ids(request=request, op=request.operation)
     people = {user.pk: user for user in [*direct, *global_holders]}
     return [
         user for user in people.values() if user.is_active and user.email and user.pk not in barred

@@ -383,6 +383,7 @@ class ToolOut(serializers.Serializer):
     """A contract version, with the tool's name and which version is active."""
 
     name = serializers.CharField(source="tool_id")
+    owner = serializers.CharField(source="tool.owner.name", allow_null=True)
     version = serializers.IntegerField(source="number")
     active_version = serializers.SerializerMethodField()
     active = serializers.SerializerMethodField()
@@ -400,6 +401,12 @@ class ToolOut(serializers.Serializer):
         body = super().to_representation(version)
         # The contract's own fields sit at the top level, as the runner PUT them.
         return {**version.contract, **body}
+
+
+class ToolInvokerOut(serializers.Serializer):
+    tool = serializers.CharField()
+    runner = serializers.CharField()
+    allowed = serializers.BooleanField()
 
 
 class UsageOut(serializers.Serializer):

@@ -19,34 +19,9 @@ from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from operations.text import is_hidden
+
 register = template.Library()
-
-# Characters that are kept as they are although their category is Cc.
-_KEPT_CONTROLS = frozenset("\n\t")
-
-# Unicode categories whose characters are shown as markers: format characters
-# (zero-width, bidirectional controls, tags, soft hyphen...), controls, line and
-# paragraph separators, private-use, surrogates and unassigned code points.
-_MARKED_CATEGORIES = frozenset({"Cf", "Cc", "Zl", "Zp", "Co", "Cs", "Cn"})
-
-# Characters outside those categories that render as nothing (or as a plain space) and
-# so can hide a difference: fillers, invisible combining marks, variation selectors
-# (used to smuggle data into text that looks unchanged) and every space but U+0020.
-_MARKED_EXTRA = frozenset(
-    [
-        0x034F,  # COMBINING GRAPHEME JOINER
-        0x115F,  # HANGUL CHOSEONG FILLER
-        0x1160,  # HANGUL JUNGSEONG FILLER
-        0x17B4,  # KHMER VOWEL INHERENT AQ
-        0x17B5,  # KHMER VOWEL INHERENT AA
-        0x2800,  # BRAILLE PATTERN BLANK
-        0x3164,  # HANGUL FILLER
-        0xFFA0,  # HALFWIDTH HANGUL FILLER
-        *range(0x180B, 0x1810),  # MONGOLIAN FREE VARIATION SELECTORS, VOWEL SEPARATOR
-        *range(0xFE00, 0xFE10),  # VARIATION SELECTOR-1..16
-        *range(0xE0100, 0xE01F0),  # VARIATION SELECTOR-17..256
-    ]
-)
 
 # Names for the C0/C1 controls, which the Unicode character database leaves unnamed.
 _CONTROL_NAMES = {
@@ -67,18 +42,6 @@ _CATEGORY_NAMES = {
     "Cs": "SURROGATE",
     "Cn": "UNASSIGNED CODE POINT",
 }
-
-
-def _is_marked(char: str) -> bool:
-    if char in _KEPT_CONTROLS:
-        return False
-    code = ord(char)
-    if code in _MARKED_EXTRA:
-        return True
-    category = unicodedata.category(char)
-    if category == "Zs":
-        return code != 0x20
-    return category in _MARKED_CATEGORIES
 
 
 def _char_name(char: str) -> str:
@@ -109,7 +72,7 @@ def reveal(value) -> SafeString:
     parts: list[str] = []
     plain: list[str] = []
     for char in str(value):
-        if _is_marked(char):
+        if is_hidden(char):
             if plain:
                 parts.append(escape("".join(plain)))
                 plain = []

@@ -116,5 +116,12 @@ def tool_get(name: str) -> Tool:
     return tool
 
 
+def runner_get_by_name(name: str) -> Runner:
+    runner = Runner.objects.filter(name=name).select_related("service_user").first()
+    if runner is None:
+        raise NotFound(f"No runner {name!r}.")
+    return runner
+
+
 def tools_all() -> QuerySet[Tool]:
     return Tool.objects.select_related("active_version").prefetch_related("versions")

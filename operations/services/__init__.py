@@ -62,7 +62,13 @@ from .sweep import (
     run_expire_due,
     sweep,
 )
-from .tools import ToolRegistration, tool_register, tool_version_activate
+from .tools import (
+    ToolRegistration,
+    tool_invoker_set,
+    tool_register,
+    tool_transfer,
+    tool_version_activate,
+)
 
 __all__ = [
     "GENESIS_HASH",
@@ -107,7 +113,9 @@ __all__ = [
     "token_revoke_by_user",
     "tool_breaker_set",
     "tool_inbound_secret_set",
+    "tool_invoker_set",
     "tool_register",
+    "tool_transfer",
     "tool_version_activate",
     "webhook_endpoint_create",
     "webhook_endpoint_delete",

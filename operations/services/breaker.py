@@ -83,6 +83,9 @@ def breaker_record_locked(op: Operation, *, succeeded: bool, code: str, now: dat
     config = _breaker_config(op)
     if config is None:
         return
+    if not access.runner_may_invoke(op.runner, op.tool):
+        # A runner no longer allowed on the tool cannot trip it for everyone else.
+        return
     failed = not succeeded and code in config["failure_codes"]
     State = Tool.BreakerState
     cached = op.tool

@@ -49,9 +49,9 @@ class Registration:
 
 
 def _principal_user(principal: str) -> Any:
-    if not principal.startswith("user:"):
-        return None
-    return get_user_model().objects.filter(username=principal[len("user:") :]).first()
+    """The person the principal names at registration (shown on the operation); who is
+    barred from deciding is judged again at each decision (``access.barred_user_ids``)."""
+    return get_user_model().objects.filter(pk__in=access.principal_user_ids(principal)).first()
 
 
 def _freeze(version: ToolVersion, arguments: Any) -> Any:

@@ -7,12 +7,13 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from .. import access
+from .. import access, errors
 from ..machine import Status
 from ..models import (
     Run,
     Runner,
 )
+from ..text import normalize_principal
 from .core import (
     Actor,
     approval_withdraw_pending,
@@ -25,6 +26,10 @@ from .core import (
 def run_create(
     *, runner: Runner, principal: str, external_id: str = "", budgets: dict[str, Any]
 ) -> Run:
+    try:
+        principal = normalize_principal(principal)
+    except ValueError as exc:
+        raise errors.InvalidPrincipal(f"Not a usable principal: {exc}.") from exc
     now = timezone.now()
     deadline_s = budgets.get("deadline_s")
     max_spend = budgets.get("max_spend")

@@ -1,14 +1,16 @@
-"""Tool contracts: versions, and their activation by a person."""
+"""Tool contracts: versions and their activation by a person; ownership of a tool and
+the runners allowed to invoke it."""
 
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
+from guardian.shortcuts import assign_perm, remove_perm
 
 from approvals.errors import PermissionRefused
 
-from .. import access
+from .. import access, errors
 from ..canonical import sha256_hex
 from ..contracts import normalize_contract, weakenings
 from ..models import (
@@ -29,28 +31,44 @@ class ToolRegistration:
     changed: bool  # a new version was stored
 
 
-def _lock_or_create_tool(name: str) -> tuple[Tool, bool]:
+def _lock_or_create_tool(name: str, *, runner: Runner) -> tuple[Tool, bool]:
     tool = Tool.objects.select_for_update().filter(pk=name).first()
     if tool is not None:
         return tool, False
     try:
         with transaction.atomic():
-            return Tool.objects.create(name=name), True
+            return Tool.objects.create(name=name, owner=runner), True
     except IntegrityError:
         return Tool.objects.select_for_update().get(pk=name), False
+
+
+def _require_owner(tool: Tool, runner: Runner) -> None:
+    if access.runner_owns(runner, tool):
+        return
+    if tool.owner_id is None:
+        raise errors.ToolNotOwned(
+            f"No runner owns {tool.name}; a person must transfer it to one first."
+        )
+    raise errors.ToolNotOwned(
+        f"{tool.name} belongs to another runner; only its owner changes its contract or "
+        "allows other runners on it."
+    )
 
 
 def tool_register(*, name: str, body: Any, runner: Runner) -> ToolRegistration:
     """Store a contract as a new version if it differs from the latest one.
 
-    A version that weakens the active one is stored inactive; a person allowed to
-    activate tools (never the registering runner's owner) must activate it.
+    The runner that registers a tool first owns it; any other runner is refused
+    (``tool_not_owned``) before anything is written. A version that weakens the active
+    one is stored inactive; a person allowed to activate tools (never the registering
+    runner's owner) must activate it.
     """
     contract = normalize_contract(body)
     digest = sha256_hex(contract)
     actor = Actor.of_runner(runner)
     with transaction.atomic():
-        tool, created = _lock_or_create_tool(name)
+        tool, created = _lock_or_create_tool(name, runner=runner)
+        _require_owner(tool, runner)
         latest = tool.versions.order_by("-number").first()
         if latest is not None and latest.contract_hash == digest:
             return ToolRegistration(version=latest, created=False, changed=False)
@@ -108,3 +126,53 @@ def tool_version_activate(*, version: ToolVersion, user: Any) -> ToolVersion:
         )
     version.refresh_from_db()
     return version
+
+
+def tool_transfer(*, tool: Tool, to_runner: Runner, user: Any) -> Tool:
+    """A person gives a tool to another runner, which then owns its contract."""
+    access.require_administer_tools(user)
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update().get(pk=tool.pk)
+        previous = tool.owner
+        if previous is not None and previous.pk == to_runner.pk:
+            return tool
+        tool.owner = to_runner
+        tool.save(update_fields=["owner"])
+        event_append(
+            stream=f"tool:{tool.name}",
+            kind="tool_transferred",
+            actor=Actor.of_user(user),
+            tool_name=tool.name,
+            data={"from": previous.name if previous else None, "to": to_runner.name},
+        )
+    return tool
+
+
+def tool_invoker_set(*, tool: Tool, runner: Runner, allow: bool, actor: Actor) -> Tool:
+    """Allow ``runner`` to invoke ``tool``, or take that away.
+
+    The tool's owner (a runner actor) or a person who administers tools decides; it is
+    an ``invoke_tool`` object permission on the runner's service user, so a restricted
+    runner is allowed the same way.
+    """
+    if actor.runner is not None:
+        _require_owner(tool, actor.runner)
+    else:
+        access.require_administer_tools(actor.user)
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update().get(pk=tool.pk)
+        holds = runner.service_user.has_perm(access.INVOKE, tool)
+        if holds == allow:
+            return tool
+        if allow:
+            assign_perm(access.INVOKE, runner.service_user, tool)
+        else:
+            remove_perm(access.INVOKE, runner.service_user, tool)
+        event_append(
+            stream=f"tool:{tool.name}",
+            kind="tool_invoker_allowed" if allow else "tool_invoker_removed",
+            actor=actor,
+            tool_name=tool.name,
+            data={"runner": runner.name},
+        )
+    return tool

@@ -77,6 +77,7 @@ def test_search_by_downstream_reference(world, viewer):
 
 def test_search_with_several_matches_lists_them(world, viewer, other_api):
     # Operation keys are unique per runner: another runner may use the same one.
+    world.api.put(f"/api/v1/tools/refund/invokers/{other_api.runner.name}", None)
     twin = other_api.register(
         other_api.run(), "refund", operation_key=world.visible[0]["operation_key"]
     )

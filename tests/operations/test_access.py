@@ -32,6 +32,7 @@ def test_runner_b_gets_404_for_runner_a_objects(api, other_api):
 
 def test_operation_keys_are_per_runner(api, other_api):
     api.tool("t")
+    api.put(f"/api/v1/tools/t/invokers/{other_api.runner.name}", None)
     a = api.register(api.run(), "t", operation_key="same")
     b = other_api.register(other_api.run(), "t", operation_key="same")
     assert a["id"] != b["id"]

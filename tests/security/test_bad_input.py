@@ -251,33 +251,56 @@ def test_numbers_too_large_for_their_field_are_refused(api, endpoints):
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "hidden"),
     [
-        "user:al\u200bice",  # zero-width space
-        "user:\u202eecila",  # right-to-left override
-        "user:e\u0301",  # combining accent (NFD)
-        "user:\u00e9",  # the same letter precomposed (NFC)
-        "user:\U0001f600",  # outside the BMP
-        "user:\ufeff",  # BOM inside a string
-        "user:\uffff",  # a noncharacter
+        ("user:al\u200bice", "U+200B"),  # zero-width space
+        ("user:\u202eecila", "U+202E"),  # right-to-left override
+        ("user:\ufeff", "U+FEFF"),  # BOM inside a string
+        ("user:\uffff", "U+FFFF"),  # a noncharacter
+        ("user:al\u00a0ice", "U+00A0"),  # a space that is not U+0020
     ],
 )
-def test_unicode_edge_cases_are_kept_exactly(api, text):
-    """Valid but tricky text is stored as sent, never normalised: two spellings that look
-    the same stay two principals (and two intents); the console shows the difference."""
+def test_principals_with_hiding_characters_are_refused(api, text, hidden):
+    """A principal is an identity people are barred by: one that hides characters could
+    name someone else than it shows, so it is refused and nothing is written."""
+    before = ledger_state()
+    problem = _problem(api.post("/api/v1/runs", {"principal": text}), 400, "invalid_principal")
+    assert hidden in problem["detail"]
+    assert ledger_state() == before
+
+
+@pytest.mark.parametrize(
+    ("text", "stored"),
+    [
+        ("user:e\u0301", "user:\u00e9"),  # combining accent (NFD) becomes NFC
+        ("user:\u00e9", "user:\u00e9"),
+        ("user:ALICE", "user:alice"),  # case-folded
+        ("user:\uff41lice", "user:alice"),  # fullwidth a (NFKC)
+        ("user:\U0001f600", "user:\U0001f600"),  # outside the BMP, kept
+    ],
+)
+def test_principals_are_normalized_identities(api, text, stored):
     run = api.post("/api/v1/runs", {"principal": text})
     assert run.status_code == 201
-    assert Run.objects.get(pk=run.json()["id"]).principal == text
+    assert Run.objects.get(pk=run.json()["id"]).principal == stored
 
 
-def test_nfc_and_nfd_spellings_are_different_intents(api):
+def test_nfc_and_nfd_spellings_are_the_same_intent(api):
     api.tool("t")
     nfc = api.run(principal="user:\u00e9")
     nfd = api.run(principal="user:e\u0301")
     first = api.register(nfc, "t", operation_key="same-key")
-    refused = api.register(nfd, "t", operation_key="same-key", expect=422)
-    assert refused["code"] == "intent_mismatch"
-    assert first["intent_hash"]
+    again = api.post(
+        "/api/v1/operations",
+        {
+            "run": nfd,
+            "tool": "t",
+            "operation_key": "same-key",
+            "arguments": {"payment_id": "pay_1", "amount_cents": 500},
+        },
+    )
+    assert again.status_code == 200
+    assert again.json()["id"] == first["id"]
 
 
 def test_a_refused_request_leaves_no_half_written_run(api, monkeypatch):
