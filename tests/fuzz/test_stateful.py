@@ -13,7 +13,12 @@ sweep runs. After each step:
 3. every transition has its event: each event starts where the previous one ended and
    the operation's status is its last event's ``to``;
 4. every hash chain verifies (``operations.audit.chains_verify``);
-5. no request is answered 5xx.
+5. no request is answered 5xx;
+6. an operation that the original approval rule of ``pay`` matches (an amount above
+   500, under whatever field name) never gets an attempt without a grant, however the
+   runner rewrites the contract (renamed or retyped fields, dropped rules, a weaker
+   mode or threshold): only a person could lower the guard, and no person activates
+   anything here.
 
 Each example runs inside a savepoint that is rolled back, so examples are independent.
 STATEFUL_EXAMPLES (default 30) and STATEFUL_STEPS (default 25) bound the work; runs are
@@ -34,7 +39,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from approvals.errors import Refusal
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalRequest, Grant
 from operations import audit, services
 from operations.machine import BLOCKING, TERMINAL, Status
 from operations.models import Attempt, Event, Operation, Tool
@@ -72,6 +77,47 @@ TOOLS = {
     ),
     "look": contract("read_only"),
 }
+PAY_APPROVAL = TOOLS["pay"]["approval"]
+PAY_SCHEMA = TOOLS["pay"]["input_schema"]
+
+
+def _pay(**changes) -> dict:
+    return {**TOOLS["pay"], **changes}
+
+
+def _schema(properties: dict, required: list[str]) -> dict:
+    return {**PAY_SCHEMA, "properties": properties, "required": required}
+
+
+# What a runner with a leaked token may try on the tool that guards money.
+PAY_REWRITES = [
+    TOOLS["pay"],
+    _pay(  # the amount renamed; the rule follows it
+        input_schema=_schema(
+            {"payment_id": {"type": "string"}, "amount": {"type": "integer", "minimum": 1}},
+            ["payment_id", "amount"],
+        ),
+        approval={**PAY_APPROVAL, "rules": [{"path": "/amount", "op": "gt", "value": 500}]},
+    ),
+    _pay(  # the amount renamed, the rule left on a path the schema no longer has
+        input_schema=_schema(
+            {"payment_id": {"type": "string"}, "amount": {"type": "integer", "minimum": 1}},
+            ["payment_id", "amount"],
+        ),
+    ),
+    _pay(  # the amount optional
+        input_schema=_schema(PAY_SCHEMA["properties"], ["payment_id"]),
+    ),
+    _pay(approval={"mode": "never"}),
+    _pay(
+        approval={**PAY_APPROVAL, "rules": [{"path": "/amount_cents", "op": "gt", "value": 5000}]}
+    ),
+    _pay(  # stronger: one more optional field
+        input_schema=_schema(
+            {**PAY_SCHEMA["properties"], "memo": {"type": "string"}}, PAY_SCHEMA["required"]
+        ),
+    ),
+]
 OUTCOMES = [
     {"kind": "succeeded", "downstream_id": "re_1", "cost": 0.5},
     {"kind": "failed", "code": "not_sent"},
@@ -151,15 +197,27 @@ class Ledger(RuleBasedStateMachine):
         # A second door to the same step: registrations are what everything else needs.
         self._register(data)
 
-    def _register(self, data) -> None:
-        tool = data.draw(st.sampled_from(sorted(TOOLS)), label="tool")
+    @staticmethod
+    def _amount_field(tool: str) -> str:
+        """The amount's name in the tool's active schema (a rewrite may rename it)."""
+        properties = Tool.objects.get(pk=tool).active_version.contract["input_schema"]["properties"]
+        return "amount" if "amount" in properties else "amount_cents"
+
+    @rule(data=st.data())
+    def register_a_payment(self, data) -> None:
+        # The tool whose contract the runner rewrites: registered often enough that a
+        # rewrite is followed by payments under it.
+        self._register(data, tool="pay")
+
+    def _register(self, data, tool: str | None = None) -> None:
+        tool = tool or data.draw(st.sampled_from(sorted(TOOLS)), label="tool")
         body = {
             "run": self.run_id,
             "tool": tool,
             "operation_key": f"k{self.keys}",
             "arguments": {
                 "payment_id": data.draw(st.sampled_from(["p1", "p2"]), label="payment"),
-                "amount_cents": data.draw(st.sampled_from([100, 900]), label="amount"),
+                self._amount_field(tool): data.draw(st.sampled_from([100, 900]), label="amount"),
             },
         }
         self.keys += 1
@@ -170,6 +228,11 @@ class Ledger(RuleBasedStateMachine):
         answer = self._ok(self.api.post("/api/v1/operations", body))
         if "id" in answer and answer["id"] not in self.op_ids:
             self.op_ids.append(answer["id"])
+
+    @rule(rewrite=st.sampled_from(PAY_REWRITES))
+    def runner_rewrites_the_pay_contract(self, rewrite) -> None:
+        count("contract changes")
+        self._ok(self.api.put("/api/v1/tools/pay", rewrite))
 
     @rule(data=st.data(), lease=st.sampled_from([5, 60]))
     def claim(self, data, lease) -> None:
@@ -285,6 +348,18 @@ class Ledger(RuleBasedStateMachine):
             for previous, current in itertools.pairwise(events):
                 assert current[1] == previous[2], (op.id, previous, current)
             assert events[-1][2] == op.status, (op.id, events[-1], op.status)
+
+    @invariant()
+    def a_large_payment_never_runs_unapproved(self) -> None:
+        claimed = Operation.objects.filter(runner=self.api.runner, tool_id="pay", attempts__gt=0)
+        for op in claimed:
+            amounts = [value for value in op.arguments.values() if isinstance(value, int)]
+            if max(amounts, default=0) > 500:
+                assert Grant.objects.filter(request__operation=op).exists(), (
+                    op.id,
+                    op.arguments,
+                    op.tool_version.number,
+                )
 
     @invariant()
     def the_chains_verify(self) -> None:
