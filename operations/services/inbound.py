@@ -73,7 +73,7 @@ def inbound_receive(*, tool_name: str, headers: dict[str, str], body: bytes) -> 
     msg_id = headers.get("webhook-id", "")
     stamp = headers.get("webhook-timestamp", "")
     signature = headers.get("webhook-signature", "")
-    if not (msg_id and stamp.isdigit() and signature):
+    if not (msg_id and stamp.isascii() and stamp.isdigit() and signature):
         raise errors.InvalidSignature("webhook-id, webhook-timestamp and webhook-signature needed.")
     secret = decrypt(tool.inbound_secret_encrypted)
     if not webhooks_verify(secret, msg_id, int(stamp), body, signature):
