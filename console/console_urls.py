@@ -1,39 +1,56 @@
 from django.urls import path
 
-from . import views
-from .pages import account, audit, dashboard, inbound, runners, runs, tools
-from .pages import operations as operations_pages
+from .views import (
+    account,
+    approvals,
+    audit,
+    dashboard,
+    inbound,
+    inbox,
+    operations,
+    reconciliation,
+    runners,
+    runs,
+    search,
+    tools,
+)
 
 app_name = "console"
 
 urlpatterns = [
-    path("", views.inbox, name="inbox"),
-    path("approvals/<str:approval_id>/", views.approval_detail, name="approval"),
-    path("approvals/<str:approval_id>/decide", views.approval_decide, name="approval-decide"),
-    path("approvals/<str:approval_id>/revoke", views.approval_revoke, name="approval-revoke"),
-    path("reconciliation/", views.reconciliation, name="reconciliation"),
-    path("operations/<str:operation_id>/", views.operation_detail, name="operation"),
+    path("", inbox.inbox, name="inbox"),
+    path("approvals/<str:approval_id>/", approvals.approval_detail, name="approval"),
+    path("approvals/<str:approval_id>/decide", approvals.approval_decide, name="approval-decide"),
+    path("approvals/<str:approval_id>/revoke", approvals.approval_revoke, name="approval-revoke"),
+    path("reconciliation/", reconciliation.reconciliation, name="reconciliation"),
+    path("operations/<str:operation_id>/", operations.operation_detail, name="operation"),
     path(
-        "operations/<str:operation_id>/resolve", views.operation_resolve, name="operation-resolve"
+        "operations/<str:operation_id>/resolve",
+        operations.operation_resolve,
+        name="operation-resolve",
     ),
-    path("operations/<str:operation_id>/note", views.operation_note, name="operation-note"),
+    path("operations/<str:operation_id>/note", operations.operation_note, name="operation-note"),
     path(
         "operations/<str:operation_id>/compensated",
-        views.operation_compensated,
+        operations.operation_compensated,
         name="operation-compensated",
     ),
-    path("webhooks/<str:message_id>/redeliver", views.webhook_redeliver, name="webhook-redeliver"),
+    path(
+        "webhooks/<str:message_id>/redeliver",
+        operations.webhook_redeliver,
+        name="webhook-redeliver",
+    ),
     path(
         "operations/<str:operation_id>/resolutions/<str:resolution_id>",
-        views.resolution_confirm,
+        operations.resolution_confirm,
         name="resolution-confirm",
     ),
 ]
 
-# The rest of the console (issue 7): each page family lives in console/pages/.
+# The rest of the console (issue 7).
 urlpatterns += [
-    path("search/", operations_pages.search, name="search"),
-    path("operations/", operations_pages.operations_list, name="operations"),
+    path("search/", search.search, name="search"),
+    path("operations/", operations.operations_list, name="operations"),
     path("runs/", runs.runs_list, name="runs"),
     path("runs/<str:run_id>/", runs.run_detail, name="run"),
     path("runs/<str:run_id>/cancel", runs.run_cancel, name="run-cancel"),

@@ -289,10 +289,6 @@ RECONCILE_AGE_WARNING_S = int(os.environ.get("RECONCILE_AGE_WARNING_S", "900"))
 OTEL_EXPORTER_OTLP_ENDPOINT = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
 OTEL_RECORD_ARGUMENTS = _env_bool("OTEL_RECORD_ARGUMENTS", False)
 
-# Lease defaults for claims (seconds).
-LEASE_DEFAULT_S = 30
-LEASE_MAX_S = 3600
-
 # ---------------------------------------------------------------------------------------
 # Security and hardening (docs/security.md). Off DEBUG, cookies are Secure and HSTS is
 # sent; `python manage.py check --deploy` passes with zero warnings once the production

@@ -42,10 +42,17 @@ SECOND_FACTOR_REFUSAL = (
 
 
 def _holds(user: Any, perm: str, tool: Tool | None = None) -> bool:
-    """An active person holding ``perm`` (on ``tool``, or everywhere)."""
+    """An active person holding ``perm`` everywhere or, when ``tool`` is given, on it.
+
+    Django's model backend ignores global permissions when asked about an object, so
+    both are asked: a permission given for every tool lets a person act on each, as it
+    lets them see each (``tools_for_user``).
+    """
     if not user.is_active:
         return False
-    return bool(user.has_perm(perm, tool) if tool is not None else user.has_perm(perm))
+    if user.has_perm(perm):
+        return True
+    return tool is not None and bool(user.has_perm(perm, tool))
 
 
 # ---------------------------------------------------------------------------------------
@@ -123,7 +130,7 @@ def decide_refusal(
     """
     if not user.is_active:
         return "Your account is inactive."
-    if not user.has_perm(DECIDE, op.tool):
+    if not may_hold_decide(user, op.tool):
         return "You do not hold the permission to decide for this tool."
     if user.pk in barred_user_ids(request=request, op=op):
         return (
@@ -137,8 +144,12 @@ def decide_refusal(
     return None
 
 
+def may_revoke(user: Any, tool: Tool) -> bool:
+    return may_hold_decide(user, tool)
+
+
 def require_revoke(user: Any, tool: Tool) -> None:
-    if not may_hold_decide(user, tool):
+    if not may_revoke(user, tool):
         raise PermissionRefused("You may not revoke grants for this tool.")
 
 

@@ -261,6 +261,12 @@ def runs_for_user(user: Any) -> QuerySet[Run]:
     )
 
 
+def run_events(run: Run, limit: int = 100) -> list[Event]:
+    """The run's own stream (created, cancelled, expired), oldest first; for a run the
+    person may see (``run_get_for_user``)."""
+    return list(Event.objects.filter(stream=run.id).order_by("seq")[:limit])
+
+
 def run_get_for_user(*, user: Any, run_id: str) -> Run:
     run = runs_for_user(user).select_related("runner").filter(pk=run_id).first()
     if run is None:

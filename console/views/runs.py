@@ -8,7 +8,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from operations import access, selectors, services
-from operations.models import Event, Run
+from operations.models import Run
 
 from ..charts import Bar, bar, duration_text, money_text
 from ..pagination import keyset_page
@@ -73,7 +73,7 @@ def _run_page(request: HttpRequest, run: Run, *, status: int = 200) -> HttpRespo
         "run": run,
         "budgets": budgets(run, timezone.now()),
         "page": keyset_page(request, operations),
-        "events": list(Event.objects.filter(stream=run.id).order_by("seq")[:100]),
+        "events": selectors.run_events(run),
         "may_cancel": access.may_cancel_run(request.user),
         "nav_section": "console:runs",
     }

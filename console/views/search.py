@@ -1,32 +1,11 @@
-"""The operations list and the header search."""
+"""The header search: find an operation (or a run) by any of its identifiers."""
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
 
-from operations import access, selectors
-from operations.machine import Status
-
-from ..pagination import keyset_page
-from .common import text_param
-
-
-@require_GET
-@login_required
-def operations_list(request: HttpRequest) -> HttpResponse:
-    filters = {name: text_param(request, name) for name in ("status", "tool", "run")}
-    if filters["status"] not in {s.value for s in Status}:
-        filters["status"] = None
-    queryset = selectors.operations_list_for_user(user=request.user, **filters)
-    context = {
-        "page": keyset_page(request, queryset),
-        "filters": filters,
-        "statuses": [s.value for s in Status],
-        "tools": access.tools_for_user(request.user).order_by("name"),
-        "nav_section": "console:operations",
-    }
-    return render(request, "console/operations.html", context)
+from operations import selectors
 
 
 @require_GET

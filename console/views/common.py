@@ -1,4 +1,4 @@
-"""Helpers shared by the console's page modules."""
+"""Helpers shared by the console's view modules."""
 
 from collections.abc import Callable
 from datetime import UTC, datetime

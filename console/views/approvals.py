@@ -1,0 +1,122 @@
+"""One approval request: the intent as approvers see it, what changed since the last
+decision on the same call, deciding, and revoking the grant."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from approvals.errors import Refusal
+from approvals.models import ApprovalRequest
+from operations import access, selectors, services
+from operations.canonical import canonical_json
+
+from ..forms import DecisionForm, RevokeForm
+from ..presenters import changes, flatten
+from .common import found
+
+
+def _intent_document(op) -> str:
+    return canonical_json(
+        {"tool": op.tool_id, "arguments": op.arguments, "principal": op.principal}
+    ).decode()
+
+
+@require_GET
+@login_required
+def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
+    approval = found(selectors.approval_get_for_user, user=request.user, approval_id=approval_id)
+    op = approval.operation
+    now = timezone.now()
+    pending = approval.status == ApprovalRequest.RequestStatus.PENDING
+    refusal = (
+        access.decide_refusal(
+            user=request.user,
+            request=approval,
+            op=op,
+            otp_verified=request.user.is_verified(),
+        )
+        if pending
+        else None
+    )
+    comparison = selectors.approval_comparison(approval)
+    compared = None
+    if comparison is not None:
+        label, other = comparison
+        compared = {
+            "label": label,
+            "operation": other,
+            "changes": changes(other.arguments, op.arguments),
+            "principal_changed": other.principal != op.principal,
+        }
+    decisions = list(approval.decisions.all())
+    grant = getattr(approval, "grant", None)
+    context = {
+        "approval": approval,
+        "op": op,
+        "run": op.run,
+        "contract": op.tool_version.contract,
+        "arguments": flatten(op.arguments).items(),
+        "canonical_arguments": canonical_json(op.arguments).decode(),
+        "intent_document": _intent_document(op),
+        "decisions": decisions,
+        "approvals": sum(1 for d in decisions if d.decision == "approve"),
+        "grant": grant,
+        "grant_active": grant is not None and grant.revoked_at is None and grant.expires_at > now,
+        "pending": pending,
+        "refusal": refusal,
+        "may_revoke": access.may_revoke(request.user, op.tool),
+        # The one refusal the person can lift here: offer the way to verify the session.
+        "verify_second_factor": refusal == access.SECOND_FACTOR_REFUSAL,
+        "compared": compared,
+        "form": DecisionForm(),
+        "revoke_form": RevokeForm(),
+        "now": now,
+    }
+    return render(request, "console/approval.html", context)
+
+
+@require_POST
+@login_required
+def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
+    approval = found(selectors.approval_get_for_user, user=request.user, approval_id=approval_id)
+    form = DecisionForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose approve or reject.")
+        return redirect("console:approval", approval_id=approval.id)
+    approve = form.cleaned_data["decision"] == "approve"
+    try:
+        op = services.approval_decide(
+            request_id=approval.id,
+            user=request.user,
+            approve=approve,
+            comment=form.cleaned_data["comment"],
+            otp_verified=request.user.is_verified(),
+        )
+    except Refusal as refusal:
+        messages.error(request, refusal.detail)
+        return redirect("console:approval", approval_id=approval.id)
+    verb = "Approved" if approve else "Rejected"
+    messages.success(request, f"{verb} {op.tool_id} {op.id}; the operation is now {op.status}.")
+    return redirect("console:inbox")
+
+
+@require_POST
+@login_required
+def approval_revoke(request: HttpRequest, approval_id: str) -> HttpResponse:
+    approval = found(selectors.approval_get_for_user, user=request.user, approval_id=approval_id)
+    form = RevokeForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Say why the grant is revoked.")
+        return redirect("console:approval", approval_id=approval.id)
+    try:
+        services.approval_revoke(
+            request_id=approval.id, user=request.user, reason=form.cleaned_data["reason"]
+        )
+    except Refusal as refusal:
+        messages.error(request, refusal.detail)
+    else:
+        messages.success(request, "Grant revoked: the next claim will ask for a new approval.")
+    return redirect("console:approval", approval_id=approval.id)

@@ -1,0 +1,37 @@
+"""The inbox: the approval requests a person may decide on, most urgent first."""
+
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from operations import access, selectors
+from operations.machine import EffectClass
+
+from .common import partial
+
+
+@require_GET
+@login_required
+def inbox(request: HttpRequest) -> HttpResponse:
+    filters = {name: request.GET.get(name) or None for name in ("tool", "effect_class", "run")}
+    pending = list(selectors.requests_pending_for_user(user=request.user, **filters)[:200])
+    now = timezone.now()
+    rows = [
+        {
+            "request": item,
+            "op": item.operation,
+            "approvals": sum(1 for d in item.decisions.all() if d.decision == "approve"),
+            "urgent": (item.expires_at - now).total_seconds() < 3600,
+        }
+        for item in pending
+    ]
+    context = {
+        "rows": rows,
+        "filters": filters,
+        "tools": access.tools_for_user(request.user, [access.DECIDE]).order_by("name"),
+        "effect_classes": [cls.value for cls in EffectClass],
+        "now": now,
+    }
+    return render(request, partial(request, "console/inbox.html", "rows"), context)

@@ -1,0 +1,159 @@
+"""Operations: the list, one operation with its evidence and event trace, and what a
+person records about it (an answer on its outcome, a note, a hand-made undo, the second
+person's confirmation), and redelivering its webhooks."""
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_POST
+
+from approvals.errors import DecisionRefused, Refusal
+from operations import access, selectors, services
+from operations.machine import Status
+
+from ..forms import ConfirmForm, NoteForm, ResolveForm
+from ..pagination import keyset_page
+from ..presenters import flatten
+from .common import found, text_param
+
+
+@require_GET
+@login_required
+def operations_list(request: HttpRequest) -> HttpResponse:
+    filters = {name: text_param(request, name) for name in ("status", "tool", "run")}
+    if filters["status"] not in {s.value for s in Status}:
+        filters["status"] = None
+    queryset = selectors.operations_list_for_user(user=request.user, **filters)
+    context = {
+        "page": keyset_page(request, queryset),
+        "filters": filters,
+        "statuses": [s.value for s in Status],
+        "tools": access.tools_for_user(request.user).order_by("name"),
+        "nav_section": "console:operations",
+    }
+    return render(request, "console/operations.html", context)
+
+
+@require_GET
+@login_required
+def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
+    op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
+    trace = selectors.operation_trace(op)
+    may_reconcile = access.may_reconcile(request.user, op.tool)
+    context = {
+        "op": op,
+        "run": op.run,
+        "contract": op.tool_version.contract,
+        "arguments": [(path, value) for path, value in flatten(op.arguments).items()],
+        "may_reconcile": may_reconcile,
+        "may_redeliver": access.may_redeliver(request.user, op),
+        "resolve_form": ResolveForm(),
+        "note_form": NoteForm(),
+        "now": timezone.now(),
+        **trace,
+    }
+    return render(request, "console/operation.html", context)
+
+
+def _back(op_id: str) -> HttpResponse:
+    return redirect("console:operation", operation_id=op_id)
+
+
+@require_POST
+@login_required
+def operation_resolve(request: HttpRequest, operation_id: str) -> HttpResponse:
+    op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
+    form = ResolveForm(request.POST)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(errors))
+        return _back(op.id)
+    data = form.cleaned_data
+    try:
+        op = services.operation_resolve(
+            operation=op,
+            user=request.user,
+            result=data["result"],
+            downstream_id=data["downstream_id"],
+            note=data["note"],
+            snooze_until=data["snooze_until"],
+        )
+    except Refusal as refusal:
+        messages.error(request, refusal.detail)
+        return _back(op.id)
+    if data["result"] == "not_found" and op.status == "outcome_unknown":
+        messages.success(request, "Recorded. A second person must confirm that it did not happen.")
+    else:
+        messages.success(request, f"Recorded. The operation is {op.status}.")
+    return _back(op.id)
+
+
+@require_POST
+@login_required
+def operation_note(request: HttpRequest, operation_id: str) -> HttpResponse:
+    op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
+    form = NoteForm(request.POST)
+    try:
+        if not form.is_valid():
+            raise DecisionRefused("The note is empty.")
+        services.operation_note_add(operation=op, user=request.user, note=form.cleaned_data["note"])
+    except Refusal as refusal:
+        messages.error(request, refusal.detail)
+    else:
+        messages.success(request, "Note added.")
+    return _back(op.id)
+
+
+@require_POST
+@login_required
+def operation_compensated(request: HttpRequest, operation_id: str) -> HttpResponse:
+    op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
+    form = NoteForm(request.POST)
+    try:
+        if not form.is_valid():
+            raise DecisionRefused("Say how the undo was done.")
+        op = services.operation_compensated_by_hand(
+            operation=op, user=request.user, note=form.cleaned_data["note"]
+        )
+    except Refusal as refusal:
+        messages.error(request, refusal.detail)
+    else:
+        messages.success(request, f"Recorded. The operation is {op.status}.")
+    return _back(op.id)
+
+
+@require_POST
+@login_required
+def resolution_confirm(request: HttpRequest, operation_id: str, resolution_id: str) -> HttpResponse:
+    op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
+    form = ConfirmForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose confirm or dispute.")
+        return _back(op.id)
+    try:
+        op = services.operation_resolution_confirm(
+            resolution_id=resolution_id,
+            user=request.user,
+            confirm=form.cleaned_data["decision"] == "confirm",
+            note=form.cleaned_data["note"],
+        )
+    except Refusal as refusal:
+        messages.error(request, refusal.detail)
+    else:
+        messages.success(request, f"Recorded. The operation is {op.status}.")
+    return _back(op.id)
+
+
+@require_POST
+@login_required
+def webhook_redeliver(request: HttpRequest, message_id: str) -> HttpResponse:
+    message = found(selectors.outbox_message_get_for_user, user=request.user, message_id=message_id)
+    try:
+        services.webhook_redeliver(message=message, user=request.user)
+    except Refusal as refusal:
+        messages.error(request, refusal.detail)
+    else:
+        messages.success(request, f"Webhook {message.id} will be delivered again shortly.")
+    return _back(message.operation_id)

@@ -1,0 +1,71 @@
+"""The reconciliation queue: operations whose outcome waits for a person's answer,
+oldest first, in saved queues."""
+
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+
+from operations import access, selectors
+from operations.machine import EffectClass
+
+from .common import partial
+
+
+def _int_or_none(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+@require_GET
+@login_required
+def reconciliation(request: HttpRequest) -> HttpResponse:
+    queue = request.GET.get("queue") or "all"
+    if queue not in selectors.SAVED_QUEUES:
+        queue = "all"
+    filters = {name: request.GET.get(name) or None for name in ("tool", "effect_class", "run")}
+    min_age_m = _int_or_none(request.GET.get("min_age_m"))
+    include_snoozed = request.GET.get("snoozed") == "1"
+    now = timezone.now()
+    ops = list(
+        selectors.reconciliation_queue(
+            user=request.user,
+            queue=queue,
+            min_age_s=min_age_m * 60 if min_age_m else None,
+            include_snoozed=include_snoozed,
+            now=now,
+            **filters,
+        )[:200]
+    )
+    warning = settings.RECONCILE_AGE_WARNING_S
+    rows = [
+        {
+            "op": op,
+            "since": op.status_changed_at or op.created_at,
+            "stale": (now - (op.status_changed_at or op.created_at)).total_seconds() > warning,
+        }
+        for op in ops
+    ]
+    context = {
+        "rows": rows,
+        "queue": queue,
+        "queues": [
+            (name, label, count)
+            for (name, label), count in zip(
+                selectors.SAVED_QUEUES.items(),
+                selectors.reconciliation_counts(user=request.user, now=now).values(),
+                strict=True,
+            )
+        ],
+        "filters": filters,
+        "min_age_m": min_age_m,
+        "include_snoozed": include_snoozed,
+        "tools": access.tools_for_user(request.user, [access.RECONCILE]).order_by("name"),
+        "effect_classes": [cls.value for cls in EffectClass],
+        "warning_minutes": warning // 60,
+    }
+    return render(request, partial(request, "console/reconciliation.html", "rows"), context)
