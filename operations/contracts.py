@@ -6,10 +6,11 @@ exactly when their normalized forms are equal.
 """
 
 import copy
-import string
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
@@ -156,22 +157,42 @@ def _overlaps(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     return all(x == y or "*" in (x, y) for x, y in zip(a, b, strict=False))
 
 
-def _check_url_template(url: str) -> list[dict[str, str]]:
-    errors = []
-    names = {name for _, name, _, _ in string.Formatter().parse(url) if name is not None}
-    unknown = names - URL_PLACEHOLDERS
-    if unknown:
-        errors.append(
-            {
-                "path": "/reconcile/url",
-                "message": f"Unknown placeholders {sorted(unknown)}; allowed: "
-                f"{sorted(URL_PLACEHOLDERS)}.",
-            }
+URL_PLACEHOLDER = re.compile(r"\{(" + "|".join(sorted(URL_PLACEHOLDERS)) + r")\}")
+
+
+def url_template_problems(url: str) -> list[dict[str, str]]:
+    """Refuse a lookup URL template that could expand into anything but a plain URL.
+
+    Templates used to be filled with ``str.format``, which also reads format specs
+    (``{idempotency_key:>100000}`` is a 100 kB URL), conversions and attribute or index
+    access. Only the plain placeholders are allowed, only in the path and query, and no
+    other brace at all: a literal brace has no place in a URL. ``probes.lookup_url``
+    checks again before filling, for versions stored before this check existed.
+    """
+
+    def refuse(message: str) -> list[dict[str, str]]:
+        return [{"path": "/reconcile/url", "message": message}]
+
+    bare = URL_PLACEHOLDER.sub("", url)
+    if "{" in bare or "}" in bare:
+        return refuse(
+            "Only the placeholders "
+            + ", ".join(f"{{{name}}}" for name in sorted(URL_PLACEHOLDERS))
+            + " may be used, without format specs, conversions or other braces."
         )
-    parts = urlsplit(url.replace("{", "").replace("}", ""))
+    if any(ch.isspace() or not ch.isprintable() for ch in url):
+        return refuse("A URL has no spaces or control characters.")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - reading the port validates it
+        httpx.URL(URL_PLACEHOLDER.sub("x", url))
+    except (ValueError, httpx.InvalidURL) as exc:
+        return refuse(f"Not a URL the lookup can call: {exc}.")
     if parts.scheme not in {"http", "https"} or not parts.hostname:
-        errors.append({"path": "/reconcile/url", "message": "Must be an http(s) URL."})
-    return errors
+        return refuse("Must be an http(s) URL with a host.")
+    if "{" in parts.netloc:
+        return refuse("Placeholders may be used in the path and query only.")
+    return []
 
 
 def normalize_contract(body: Any) -> dict[str, Any]:
@@ -250,7 +271,7 @@ def normalize_contract(body: Any) -> dict[str, Any]:
         if not reconcile["url"]:
             problems.append({"path": "/reconcile/url", "message": "lookup needs a url"})
         else:
-            problems.extend(_check_url_template(reconcile["url"]))
+            problems.extend(url_template_problems(reconcile["url"]))
     elif reconcile["url"]:
         problems.append({"path": "/reconcile/url", "message": 'a url needs mode "lookup"'})
     inbound = body.get("inbound")
