@@ -22,19 +22,23 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 _V4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+_V4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")  # SIIT, RFC 2765
 _NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
-# RFC 8215's local-use NAT64 prefix: each network chooses where the IPv4 address sits
-# (RFC 6052 allows six prefix lengths), so what it stands for cannot be known here.
-_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+# Never public although Python 3.11 calls them global: RFC 8215's local-use NAT64
+# prefix, where each network chooses where the IPv4 address sits (RFC 6052 allows six
+# prefix lengths), so what it stands for cannot be known here; and the deprecated
+# site-local fec0::/10, which some networks still route internally.
+_NOT_PUBLIC = (ipaddress.IPv6Network("64:ff9b:1::/48"), ipaddress.IPv6Network("fec0::/10"))
 
 
 def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     """The IPv4 address that an IPv6 address stands for, if it embeds one.
 
     Packets to these forms reach (or can be made to reach) the IPv4 host: v4-mapped
-    ``::ffff:a.b.c.d``, v4-compatible ``::a.b.c.d``, NAT64 ``64:ff9b::a.b.c.d``, 6to4
-    ``2002:AABB:CCDD::`` and Teredo (the client address). ``::`` and ``::1`` are the
-    unspecified and loopback addresses, not embeddings.
+    ``::ffff:a.b.c.d``, v4-compatible ``::a.b.c.d``, v4-translated
+    ``::ffff:0:a.b.c.d``, NAT64 ``64:ff9b::a.b.c.d``, 6to4 ``2002:AABB:CCDD::`` and
+    Teredo (the client address). ``::`` and ``::1`` are the unspecified and loopback
+    addresses, not embeddings.
     """
     if address.ipv4_mapped is not None:
         return address.ipv4_mapped
@@ -42,7 +46,8 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | Non
         return address.sixtofour
     if address.teredo is not None:
         return address.teredo[1]
-    if address in _NAT64 or (address in _V4_COMPATIBLE and int(address) > 1):
+    in_low_32_bits = address in _NAT64 or address in _V4_TRANSLATED
+    if in_low_32_bits or (address in _V4_COMPATIBLE and int(address) > 1):
         return ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
     return None
 
@@ -90,7 +95,8 @@ class HostPolicy:
             return False
         if host.lower().rstrip(".") in self.names:
             return True
-        return self.allow_public and address.is_global and address not in _NAT64_LOCAL
+        public = address.is_global and not any(address in net for net in _NOT_PUBLIC)
+        return self.allow_public and public
 
     def url_allowed(self, url: str) -> tuple[bool, str]:
         """A registration-time check (the connect-time check still applies later)."""

@@ -31,11 +31,15 @@ INTERNAL_EMBEDDINGS = [
     "2002:a9fe:a9fe::",
     "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo, client 127.0.0.1
     "2001:0:4136:e378:8000:63bf:f5ff:fffe",  # Teredo, client 10.0.0.1
+    "::ffff:0:7f00:1",  # v4-translated (SIIT)
+    "::ffff:0:a9fe:a9fe",
     "64:ff9b:1::7f00:1",  # NAT64 local-use prefix: the embedding is not knowable
+    "fec0::1",  # deprecated site-local, not an embedding but called global by Python 3.11
 ]
 
 PUBLIC_EMBEDDINGS = [
     "::ffff:8.8.8.8",
+    "::ffff:0:808:808",
     "64:ff9b::808:808",
     "2002:808:808::",
     # Teredo traffic is relayed to the client address, so a public client is public
