@@ -1,22 +1,26 @@
-"""Tool contracts: validation, defaults, sensitive fields and weakening (product.md §1).
+"""Tool contracts: validation, defaults, sensitive fields and strength (product.md §1).
 
 Pure functions over plain dicts; the services store what ``normalize_contract`` returns.
 A normalized contract has every field filled in, so two contracts are the same version
-exactly when their normalized forms are equal.
+exactly when their normalized forms are equal. ``weakenings`` lists what keeps a new
+version from being proven at least as strong as the active one.
 """
 
 import copy
-import string
+import json
+import re
 from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from approvals.policy import OPERATORS, parse_pointer
+from approvals.policy import OPERATORS, json_equal, parse_pointer
 
 from .errors import InvalidContract
 from .machine import EFFECT_CLASS_RANK, EffectClass
+from .schema_paths import Unproven, format_pointer, format_types, locate
 
 APPROVAL_MODE_RANK = {"never": 0, "rules": 1, "always": 2}
 URL_PLACEHOLDERS = {"idempotency_key", "operation_id"}
@@ -156,22 +160,70 @@ def _overlaps(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     return all(x == y or "*" in (x, y) for x, y in zip(a, b, strict=False))
 
 
-def _check_url_template(url: str) -> list[dict[str, str]]:
-    errors = []
-    names = {name for _, name, _, _ in string.Formatter().parse(url) if name is not None}
-    unknown = names - URL_PLACEHOLDERS
-    if unknown:
-        errors.append(
-            {
-                "path": "/reconcile/url",
-                "message": f"Unknown placeholders {sorted(unknown)}; allowed: "
-                f"{sorted(URL_PLACEHOLDERS)}.",
-            }
+URL_PLACEHOLDER = re.compile(r"\{(" + "|".join(sorted(URL_PLACEHOLDERS)) + r")\}")
+
+
+def url_template_problems(url: str) -> list[dict[str, str]]:
+    """Refuse a lookup URL template that could expand into anything but a plain URL.
+
+    Templates used to be filled with ``str.format``, which also reads format specs
+    (``{idempotency_key:>100000}`` is a 100 kB URL), conversions and attribute or index
+    access. Only the plain placeholders are allowed, only in the path and query, and no
+    other brace at all: a literal brace has no place in a URL. ``probes.lookup_url``
+    checks again before filling, for versions stored before this check existed.
+    """
+
+    def refuse(message: str) -> list[dict[str, str]]:
+        return [{"path": "/reconcile/url", "message": message}]
+
+    bare = URL_PLACEHOLDER.sub("", url)
+    if "{" in bare or "}" in bare:
+        return refuse(
+            "Only the placeholders "
+            + ", ".join(f"{{{name}}}" for name in sorted(URL_PLACEHOLDERS))
+            + " may be used, without format specs, conversions or other braces."
         )
-    parts = urlsplit(url.replace("{", "").replace("}", ""))
+    if any(ch.isspace() or not ch.isprintable() for ch in url):
+        return refuse("A URL has no spaces or control characters.")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - reading the port validates it
+        httpx.URL(URL_PLACEHOLDER.sub("x", url))
+    except (ValueError, httpx.InvalidURL) as exc:
+        return refuse(f"Not a URL the lookup can call: {exc}.")
     if parts.scheme not in {"http", "https"} or not parts.hostname:
-        errors.append({"path": "/reconcile/url", "message": "Must be an http(s) URL."})
-    return errors
+        return refuse("Must be an http(s) URL with a host.")
+    if "{" in parts.netloc:
+        return refuse("Placeholders may be used in the path and query only.")
+    return []
+
+
+def _unproven_places(
+    schema: dict[str, Any], rules: list[dict[str, Any]], concurrency_key: str | None
+) -> list[dict[str, str]]:
+    """Rules, the concurrency key and sensitive marks on places the schema cannot prove.
+
+    A rule on an absent place silently never matches (``approvals.policy.rule_matches``),
+    so it is refused here rather than stored.
+    """
+    named = [(f"/approval/rules/{i}/path", rule["path"], False) for i, rule in enumerate(rules)]
+    if concurrency_key:
+        named.append(("/concurrency_key", concurrency_key, False))
+    named.extend(("/input_schema", format_pointer(p), True) for p in sensitive_paths(schema))
+    problems = []
+    for error_path, pointer, wildcard in named:
+        try:
+            locate(schema, parse_pointer(pointer), wildcard=wildcard)
+        except Unproven as exc:
+            what = "the x-sensitive mark at " if wildcard else ""
+            problems.append(
+                {
+                    "path": error_path,
+                    "message": f"{what}{pointer} is not a place that input_schema provably "
+                    f"declares: {exc}.",
+                }
+            )
+    return problems
 
 
 def normalize_contract(body: Any) -> dict[str, Any]:
@@ -233,6 +285,7 @@ def normalize_contract(body: Any) -> dict[str, Any]:
         problems.append({"path": "/approval/rules", "message": 'mode "rules" needs rules'})
     if approval["mode"] != "rules" and approval["rules"]:
         problems.append({"path": "/approval/rules", "message": 'rules need mode "rules"'})
+    problems.extend(_unproven_places(schema, approval["rules"], body.get("concurrency_key")))
     for index, rule in enumerate(approval["rules"]):
         tokens = parse_pointer(rule["path"])
         if any(_overlaps(tokens, secret) for secret in secret_paths):
@@ -250,7 +303,7 @@ def normalize_contract(body: Any) -> dict[str, Any]:
         if not reconcile["url"]:
             problems.append({"path": "/reconcile/url", "message": "lookup needs a url"})
         else:
-            problems.extend(_check_url_template(reconcile["url"]))
+            problems.extend(url_template_problems(reconcile["url"]))
     elif reconcile["url"]:
         problems.append({"path": "/reconcile/url", "message": 'a url needs mode "lookup"'})
     inbound = body.get("inbound")
@@ -288,11 +341,18 @@ def normalize_contract(body: Any) -> dict[str, Any]:
 
 
 def weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Reasons why ``new`` protects less than ``old`` (empty when it does not).
+    """Reasons why ``new`` is not proven to protect at least as much as ``old``.
 
-    A weakening version stays inactive until a person allowed to activate tools
-    activates it, so that a leaked runner token cannot switch protections off.
+    Empty means proven: the new version may activate by itself. Anything else stays
+    inactive until a person allowed to activate tools activates it, so that a leaked
+    runner token cannot switch protections off. The proof covers the contract's settings
+    (``_setting_weakenings``) and every place in the arguments that the active version
+    protects (``_place_weakenings``).
     """
+    return _setting_weakenings(old, new) + _place_weakenings(old, new)
+
+
+def _setting_weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     reasons = []
     if (
         EFFECT_CLASS_RANK[EffectClass(new["effect_class"])]
@@ -302,10 +362,15 @@ def weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     old_a, new_a = old["approval"], new["approval"]
     if APPROVAL_MODE_RANK[new_a["mode"]] < APPROVAL_MODE_RANK[old_a["mode"]]:
         reasons.append(f"approval mode weakened from {old_a['mode']} to {new_a['mode']}")
-    elif new_a["mode"] == old_a["mode"] == "rules" and any(
-        rule not in new_a["rules"] for rule in old_a["rules"]
-    ):
-        reasons.append("approval rules removed or changed")
+    elif new_a["mode"] == old_a["mode"] == "rules":
+        # JSON equality: a rule "eq true" is not the rule "eq 1", which never matches a
+        # boolean, although Python calls the two dicts equal.
+        for rule in old_a["rules"]:
+            if not any(json_equal(rule, other) for other in new_a["rules"]):
+                value = json.dumps(rule["value"], ensure_ascii=False)
+                reasons.append(
+                    f"approval rule removed or changed: {rule['path']} {rule['op']} {value}"
+                )
     if new_a["approvals_required"] < old_a["approvals_required"]:
         reasons.append("fewer approvals required")
     for ttl in ("request_ttl_s", "grant_ttl_s"):
@@ -332,4 +397,52 @@ def weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         or set(old_breaker["failure_codes"]) - set(new_breaker["failure_codes"])
     ):
         reasons.append("a weaker circuit breaker")
+    return reasons
+
+
+def _protected_places(contract: dict[str, Any], *, rules: bool) -> dict[tuple[str, ...], list[str]]:
+    """Every place the contract protects, with what protects it, in contract order."""
+    places: dict[tuple[str, ...], list[str]] = {}
+    if rules and contract["approval"]["mode"] == "rules":
+        for rule in contract["approval"]["rules"]:
+            places.setdefault(parse_pointer(rule["path"]), []).append("approval rule")
+    if contract["concurrency_key"]:
+        places.setdefault(parse_pointer(contract["concurrency_key"]), []).append("concurrency key")
+    for path in sensitive_paths(contract["input_schema"]):
+        places.setdefault(path, []).append("sensitive field")
+    return places
+
+
+def _place_weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Each place the active version protects must still be there in the new schema,
+    with no JSON type the active schema did not admit, and required where it was.
+
+    Rule places need no proof when the new version asks a person for every operation.
+    A type may narrow (``number`` to ``integer``): a rule sees only values it saw before.
+    """
+    reasons = []
+    places = _protected_places(old, rules=new["approval"]["mode"] != "always")
+    for tokens, roles in places.items():
+        pointer = f"{format_pointer(tokens)} ({', '.join(dict.fromkeys(roles))})"
+        wildcard = "sensitive field" in roles
+        try:
+            before = locate(old["input_schema"], tokens, wildcard=wildcard)
+        except Unproven as exc:
+            reasons.append(
+                f"{pointer} cannot be compared: the active version's input_schema does not "
+                f"prove it ({exc})"
+            )
+            continue
+        try:
+            after = locate(new["input_schema"], tokens, wildcard=wildcard)
+        except Unproven as exc:
+            reasons.append(f"{pointer} is not in the new input_schema: {exc}")
+            continue
+        if not after.types <= before.types:
+            reasons.append(
+                f"{pointer} changes type from {format_types(before.types)} to "
+                f"{format_types(after.types)}"
+            )
+        if before.required and not after.required:
+            reasons.append(f"{pointer} is no longer required")
     return reasons

@@ -21,6 +21,36 @@ import httpx
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
+_V4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+_V4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")  # SIIT, RFC 2765
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+# Never public although Python 3.11 calls them global: RFC 8215's local-use NAT64
+# prefix, where each network chooses where the IPv4 address sits (RFC 6052 allows six
+# prefix lengths), so what it stands for cannot be known here; and the deprecated
+# site-local fec0::/10, which some networks still route internally.
+_NOT_PUBLIC = (ipaddress.IPv6Network("64:ff9b:1::/48"), ipaddress.IPv6Network("fec0::/10"))
+
+
+def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address that an IPv6 address stands for, if it embeds one.
+
+    Packets to these forms reach (or can be made to reach) the IPv4 host: v4-mapped
+    ``::ffff:a.b.c.d``, v4-compatible ``::a.b.c.d``, v4-translated
+    ``::ffff:0:a.b.c.d``, NAT64 ``64:ff9b::a.b.c.d``, 6to4 ``2002:AABB:CCDD::`` and
+    Teredo (the client address). ``::`` and ``::1`` are the unspecified and loopback
+    addresses, not embeddings.
+    """
+    if address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address.teredo is not None:
+        return address.teredo[1]
+    in_low_32_bits = address in _NAT64 or address in _V4_TRANSLATED
+    if in_low_32_bits or (address in _V4_COMPATIBLE and int(address) > 1):
+        return ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
+    return None
+
 
 class AddressRefused(httpcore.ConnectError):
     """The destination resolved only to addresses the policy refuses."""
@@ -54,15 +84,19 @@ class HostPolicy:
         return cls(frozenset(names), tuple(networks), allow_public)
 
     def address_allowed(self, host: str, address: Address) -> bool:
-        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
-            address = address.ipv4_mapped
+        # An IPv6 form of an IPv4 address is judged as that IPv4 address: Python calls
+        # several such forms global (``::127.0.0.1``, ``64:ff9b::7f00:1``), so a runner
+        # could otherwise reach loopback or a metadata service by writing it in IPv6.
+        if isinstance(address, ipaddress.IPv6Address):
+            address = embedded_ipv4(address) or address
         if any(address in network for network in self.networks):
             return True
         if address.is_link_local or address.is_multicast or address.is_unspecified:
             return False
         if host.lower().rstrip(".") in self.names:
             return True
-        return self.allow_public and address.is_global
+        public = address.is_global and not any(address in net for net in _NOT_PUBLIC)
+        return self.allow_public and public
 
     def url_allowed(self, url: str) -> tuple[bool, str]:
         """A registration-time check (the connect-time check still applies later)."""

@@ -12,6 +12,10 @@ database: ``next_probe_at`` on each ``outcome_unknown`` operation. ``probe_due``
    (``RECONCILE_ALLOWED_HOSTS``), with a timeout and without following redirects,
 4. records the answer through the services: a definitive answer resolves the
    operation, anything else is a failed probe that resolves nothing.
+
+Whatever goes wrong with one operation (a template that cannot be filled, a URL httpx
+refuses, a bug in parsing) is that operation's failed probe, logged, and the batch goes
+on: one bad contract must not stop every other tool's reconciliation.
 """
 
 import json
@@ -26,6 +30,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from . import errors, services
+from .contracts import URL_PLACEHOLDER, url_template_problems
 from .egress import HostPolicy, guarded_client
 from .machine import Status
 from .models import Operation
@@ -46,9 +51,16 @@ class Answer:
 
 
 def lookup_url(template: str, op: Operation) -> str:
-    return template.format(
-        idempotency_key=quote(op.idempotency_key, safe=""), operation_id=quote(op.id, safe="")
-    )
+    """The template with its placeholders filled in, never through ``str.format``.
+
+    A version stored before templates were checked may hold one that is no longer
+    accepted (``{idempotency_key:>100000000}``): it raises ValueError, a failed probe.
+    """
+    problems = url_template_problems(template)
+    if problems:
+        raise ValueError(problems[0]["message"])
+    values = {"idempotency_key": op.idempotency_key, "operation_id": op.id}
+    return URL_PLACEHOLDER.sub(lambda match: quote(values[match[1]], safe=""), template)
 
 
 def _parse(response: httpx.Response, body: bytes) -> Answer:
@@ -83,6 +95,16 @@ def lookup(op: Operation, client: httpx.Client) -> Answer:
         return Answer(None, error="the lookup timed out")
     except httpx.HTTPError as exc:
         return Answer(None, error=f"the lookup failed: {exc}")
+
+
+def _probe(op: Operation, client: httpx.Client) -> Answer:
+    """``lookup``, with any unexpected error turned into a failed answer."""
+    try:
+        return lookup(op, client)
+    except Exception as exc:
+        logger.exception("The lookup for %s raised; recorded as a failed probe.", op.pk)
+        reason = f"{type(exc).__name__}: {exc}"[:300]
+        return Answer(None, error=f"the lookup could not be made: {reason}")
 
 
 def _policy() -> HostPolicy:
@@ -124,22 +146,30 @@ def probe_due(*, now: datetime | None = None, limit: int = 50) -> ProbeReport:
             if not _claim(op_id, due_at, now):
                 continue  # another worker took it
             op = Operation.objects.select_related("tool_version").get(pk=op_id)
-            answer = lookup(op, client)
+            answer = _probe(op, client)
             report.probed += 1
-            if answer.result is None:
-                services.operation_probe_failed(operation=op, error=answer.error, actor=actor)
-                report.failed += 1
-                continue
             try:
-                services.operation_reconcile(
-                    operation=op,
-                    result=answer.result,
-                    actor=actor,
-                    downstream_id=answer.downstream_id,
-                    evidence=answer.evidence,
-                    source="probe",
-                )
-            except errors.NotUnknown:
-                continue  # answered meanwhile by someone else
-            report.resolved += answer.result != "still_unknown"
+                _record(op, answer, actor=actor, report=report)
+            except Exception:
+                # The claim's lease brings the operation back once it has passed.
+                logger.exception("Recording the probe of %s failed; probed again later.", op.pk)
     return report
+
+
+def _record(op: Operation, answer: Answer, *, actor: Any, report: ProbeReport) -> None:
+    if answer.result is None:
+        services.operation_probe_failed(operation=op, error=answer.error, actor=actor)
+        report.failed += 1
+        return
+    try:
+        services.operation_reconcile(
+            operation=op,
+            result=answer.result,
+            actor=actor,
+            downstream_id=answer.downstream_id,
+            evidence=answer.evidence,
+            source="probe",
+        )
+    except errors.NotUnknown:
+        return  # answered meanwhile by someone else
+    report.resolved += answer.result != "still_unknown"

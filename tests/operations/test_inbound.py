@@ -206,3 +206,23 @@ def test_unmatched_events_are_shown_in_the_console(api, provider):
     outsider = Client()
     outsider.force_login(person())
     assert "evt_o" not in outsider.get("/inbound/").content.decode()
+
+
+@pytest.mark.parametrize("stamp", ["\u00b2", "\u0661\u0662", "12\u00b3"])
+def test_a_timestamp_of_non_ascii_digits_is_refused_as_a_bad_signature(api, provider, stamp):
+    # str.isdigit() accepts superscripts and other scripts' digits that int() refuses:
+    # the header must be refused like any other malformed timestamp, never a 500.
+    op = _unknown(api)
+    body = json.dumps(_event(op)).encode()
+    response = APIClient().post(
+        "/api/v1/inbound/refund",
+        body,
+        content_type="application/json",
+        HTTP_WEBHOOK_ID="evt_digits",
+        HTTP_WEBHOOK_TIMESTAMP=stamp,
+        HTTP_WEBHOOK_SIGNATURE=provider.sign("evt_digits", timezone.now(), body.decode()),
+    )
+    assert response.status_code == 401
+    assert response.json()["code"] == "invalid_signature"
+    assert not InboundEvent.objects.exists()
+    assert Operation.objects.get(pk=op["id"]).status == "outcome_unknown"
