@@ -29,7 +29,9 @@ def resolve_pointer(document: Any, pointer: str) -> Any:
                 return _MISSING
             value = value[token]
         elif isinstance(value, list):
-            if not token.isdigit() or (len(token) > 1 and token.startswith("0")):
+            if not (token.isascii() and token.isdigit()) or (
+                len(token) > 1 and token.startswith("0")
+            ):
                 return _MISSING
             index = int(token)
             if index >= len(value):

@@ -2,6 +2,7 @@
 due ids, then one transaction per item that takes its row with SKIP LOCKED and checks
 again that it is still due. Idempotent; safe on many workers at once."""
 
+import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -23,6 +24,7 @@ from .decisions import request_expire_locked
 from .inbound import inbound_apply
 from .outcomes import lease_expire_locked
 
+logger = logging.getLogger(__name__)
 WAITING = (Status.READY, Status.AWAITING_APPROVAL)
 
 
@@ -112,7 +114,18 @@ def inbound_apply_pending(*, limit: int = 100) -> int:
         status=InboundEvent.InboundStatus.RECEIVED,
         received_at__lte=timezone.now() - timedelta(seconds=10),
     ).values_list("pk", flat=True)[:limit]
-    return due_each(due, lambda event_id: bool(inbound_apply(event_id=event_id)))
+
+    def apply(event_id: str) -> bool:
+        try:
+            inbound_apply(event_id=event_id)
+        except Exception:
+            # One event that cannot be applied must not stop the others; it stays
+            # "received" and is tried again next time.
+            logger.exception("Inbound event %s could not be applied.", event_id)
+            return False
+        return True
+
+    return due_each(due, apply)
 
 
 @dataclass(frozen=True)

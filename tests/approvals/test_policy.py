@@ -2,7 +2,7 @@
 
 import pytest
 
-from approvals.policy import evaluate, parse_pointer, resolve_pointer, rule_matches
+from approvals.policy import evaluate, is_missing, parse_pointer, resolve_pointer, rule_matches
 
 ARGS = {
     "amount_cents": 60000,
@@ -73,3 +73,10 @@ def test_modes_and_the_runner_request():
     )
     assert asked.required
     assert "The runner asked for approval: unsure" in asked.reason
+
+
+def test_a_superscript_digit_is_not_an_array_index():
+    # "²".isdigit() is true and int("²") raises: a pointer from a runner's contract
+    # (an inbound mapping) must not crash whoever resolves it.
+    assert is_missing(resolve_pointer([1, 2], "/\u00b2"))
+    assert is_missing(resolve_pointer({"a": [1, 2]}, "/a/1\u00b3"))
