@@ -69,6 +69,7 @@ urlpatterns += [
 urlpatterns += [
     path("inbound/", inbound.inbound_events, name="inbound"),
     path("tools/<str:name>/breaker", tools.tool_breaker, name="tool-breaker"),
+    path("tools/<str:name>/owner", tools.tool_owner, name="tool-owner"),
 ]
 
 # Security (issue 8): runner tokens for admins, each person's second factor.

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals.errors import Refusal
 from operations import access, selectors, services
+from operations.errors import NotFound
 from operations.models import ToolVersion
 
 from ..presenters import changes
@@ -79,6 +80,8 @@ def tool_detail(request: HttpRequest, name: str) -> HttpResponse:
             version.pk for version in versions if not access.activate_refusal(request.user, version)
         },
         "may_operate_breaker": access.may_operate_breaker(request.user, tool),
+        "may_administer": access.may_administer_tools(request.user),
+        "all_runners": selectors.runners_active(),
         "access": selectors.tool_access(tool),
         "runners": selectors.tool_runners(tool),
         "breaker": (active.contract.get("breaker") if active else None),
@@ -119,4 +122,33 @@ def tool_activate(request: HttpRequest, name: str, number: int) -> HttpResponse:
         messages.error(request, refusal.detail)
     else:
         messages.success(request, f"{tool.name} v{version.number} is now the active contract.")
+    return redirect("console:tool", name=tool.name)
+
+
+@require_POST
+@login_required
+def tool_owner(request: HttpRequest, name: str) -> HttpResponse:
+    """A person allows a runner on the tool, takes that away, or transfers the tool."""
+    tool = found(selectors.tool_get_for_user, user=request.user, name=name)
+    action = request.POST.get("action")
+    try:
+        runner = selectors.runner_get_by_name(request.POST.get("runner", ""))
+        if action == "transfer":
+            services.tool_transfer(tool=tool, to_runner=runner, user=request.user)
+            done = f"{tool.name} now belongs to {runner.name}."
+        elif action in ("allow", "remove"):
+            services.tool_invoker_set(
+                tool=tool,
+                runner=runner,
+                allow=action == "allow",
+                actor=services.Actor.of_user(request.user),
+            )
+            verb = "may" if action == "allow" else "may no longer"
+            done = f"{runner.name} {verb} invoke {tool.name}."
+        else:
+            raise NotFound("Choose allow, remove or transfer.")
+    except Refusal as refusal:
+        messages.error(request, refusal.detail)
+    else:
+        messages.success(request, done)
     return redirect("console:tool", name=tool.name)

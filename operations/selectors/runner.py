@@ -116,6 +116,10 @@ def tool_get(name: str) -> Tool:
     return tool
 
 
+def runners_active() -> QuerySet[Runner]:
+    return Runner.objects.filter(is_active=True).order_by("name")
+
+
 def runner_get_by_name(name: str) -> Runner:
     runner = Runner.objects.filter(name=name).select_related("service_user").first()
     if runner is None:

@@ -115,3 +115,27 @@ def test_a_runner_no_longer_allowed_cannot_trip_the_breaker(api, other_api):
     api.claim(own["id"])
     api.outcome(own["id"], 1, {"kind": "failed", "code": "upstream_5xx"})
     assert Tool.objects.get(pk="t").breaker_state == "open"
+
+
+def test_a_person_transfers_and_allows_from_the_tool_page(api, other_api):
+    from django.test import Client
+
+    api.tool("t")
+    operator = person()
+    assign_perm("operations.change_runner", operator)
+    assign_perm("operations.activate_tool", operator, Tool.objects.get(pk="t"))
+    client = Client()
+    client.force_login(operator)
+    page = client.get("/tools/t/").content.decode()
+    assert "Transfer the tool to it" in page
+    client.post("/tools/t/owner", {"runner": other_api.runner.name, "action": "allow"})
+    assert other_api.register(other_api.run(), "t")["status"] == "ready"
+    client.post("/tools/t/owner", {"runner": other_api.runner.name, "action": "transfer"})
+    assert Tool.objects.get(pk="t").owner_id == other_api.runner.pk
+    # Someone who may see the tool but not manage runners is shown no form and refused.
+    viewer = person()
+    assign_perm("operations.activate_tool", viewer, Tool.objects.get(pk="t"))
+    client.force_login(viewer)
+    assert "Transfer the tool to it" not in client.get("/tools/t/").content.decode()
+    client.post("/tools/t/owner", {"runner": api.runner.name, "action": "transfer"})
+    assert Tool.objects.get(pk="t").owner_id == other_api.runner.pk
