@@ -1,12 +1,15 @@
-# The two commands of the README: `make run` and `make test`. Both set everything up
-# on a fresh machine (virtual environment, dependencies, database schema).
+# The commands of the README: `make run`, `make test` and `make check`. Each sets up what
+# it needs on a fresh machine (virtual environment, dependencies, database schema; for
+# `make test` also axe-core from npm and Debian's chromium for the browser tests).
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+AXE_STAMP := node_modules/.installed-$(shell cksum package-lock.json | cut -d' ' -f1)
+CHROMIUM := /usr/bin/chromium
 
-.PHONY: run test lint format sweep
+.PHONY: run test check lint format sweep
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -23,12 +26,52 @@ run: $(STAMP)
 	@echo "Console: http://127.0.0.1:8000/   API docs: http://127.0.0.1:8000/api/docs/"
 	DEBUG=1 $(PY) manage.py runlocal 127.0.0.1:8000
 
-# Lint, format check, then the whole suite (PostgreSQL when DATABASE_URL points at it).
-test: $(STAMP)
+# axe-core, which the browser tests inject into pages (package.json). Debian's npm is
+# installed first when it is missing and we are root with apt-get.
+$(AXE_STAMP): package.json package-lock.json
+	@if ! command -v npm >/dev/null 2>&1; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	        echo "npm is missing: installing Debian's nodejs and npm"; \
+	        DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; \
+	    else \
+	        echo "npm is missing and cannot be installed here (needs root and apt-get):" \
+	            "the browser tests will fail without node_modules/axe-core."; \
+	        exit 0; \
+	    fi; \
+	fi; \
+	npm ci --no-audit --no-fund && touch $@
+
+# The browser tests drive Debian's chromium. Installed when missing if we are root with
+# apt-get; otherwise the browser tests fail and say so, as they should.
+$(CHROMIUM):
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "$@ is missing: installing Debian's chromium"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+	    echo "$@ is missing and cannot be installed here (needs root and apt-get):" \
+	        "the browser tests will fail. Install it with: apt-get install chromium"; \
+	fi
+
+# Everything CI runs: lint, format check, migrations in step with the models, types,
+# import contracts, then the whole suite (PostgreSQL when DATABASE_URL points at it).
+test: $(STAMP) $(AXE_STAMP) $(CHROMIUM)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The fast loop while working: the same static checks and the suite without the slow
+# and browser tests.
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/pytest -m "not slow and not browser" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check --fix .

@@ -8,11 +8,18 @@ from django.contrib.auth import logout
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.middleware import HtmxDetails
 
 from . import security
 
 
-def _is_background_poll(request: HttpRequest) -> bool:
+class HtmxHttpRequest(HttpRequest):
+    """A request after django-htmx's middleware, which sets ``request.htmx``."""
+
+    htmx: HtmxDetails
+
+
+def _is_background_poll(request: HtmxHttpRequest) -> bool:
     """A live region refreshing itself (hx-trigger="every ..."): not the person's activity.
 
     Live regions ask for a partial (``?partial=1``) with a GET; counting those as activity
@@ -33,7 +40,7 @@ class SessionTimeoutMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    def __call__(self, request: HtmxHttpRequest) -> HttpResponse:
         user = getattr(request, "user", None)
         if user is not None and user.is_authenticated and hasattr(request, "session"):
             reason = security.session_expiry(request.session)

@@ -10,6 +10,7 @@ import os
 import secrets
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -114,7 +115,7 @@ TEMPLATES = [
 ]
 
 
-def _database() -> dict:
+def _database() -> dj_database_url.DBConfig:
     url = os.environ.get("DATABASE_URL")
     if not url:
         VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -224,7 +225,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
-LOGGING = {
+LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
@@ -243,7 +244,7 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BEAT_SCHEDULE = {
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "expire-leases": {"task": "operations.tasks.expire_leases", "schedule": 2.0},
     "expire-approvals": {"task": "operations.tasks.expire_approvals", "schedule": 5.0},
     "enforce-deadlines": {"task": "operations.tasks.enforce_deadlines", "schedule": 5.0},

@@ -1,7 +1,7 @@
 """The runner REST API (api.md). Views parse, call one service, render."""
 
 import re
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.urls import path
@@ -14,7 +14,7 @@ from rest_framework.views import APIView
 from . import openapi, selectors, services
 from .egress import HostPolicy
 from .errors import InvalidRequest, NotFound, OperationKeyRequired, UrlNotAllowed
-from .models import RunnerToken
+from .models import Runner, RunnerToken
 from .serializers import (
     ApprovalDetailOut,
     AttemptOut,
@@ -49,6 +49,12 @@ PROBLEM = OpenApiResponse(
 
 def _problems(*statuses: int) -> dict[int, OpenApiResponse]:
     return {status: PROBLEM for status in (401, *statuses)}
+
+
+def _runner(request: Request) -> Runner:
+    """The runner making the request: IsRunner admits no one else, and
+    RunnerTokenAuthentication puts the Runner itself (not a User) on ``request.user``."""
+    return cast(Runner, request.user)
 
 
 def _valid(serializer_class, request: Request) -> dict[str, Any]:
@@ -107,7 +113,7 @@ class ToolDetailView(APIView):
     def put(self, request: Request, name: str) -> Response:
         if not TOOL_NAME.match(name):
             raise NotFound("Tool names are 1-100 letters, digits, '_', '.' or '-'.")
-        registration = services.tool_register(name=name, body=request.data, runner=request.user)
+        registration = services.tool_register(name=name, body=request.data, runner=_runner(request))
         version = registration.version
         version.tool.refresh_from_db()
         return Response(ToolOut(version).data, status=201 if registration.created else 200)
@@ -153,7 +159,7 @@ class RunListView(APIView):
     def post(self, request: Request) -> Response:
         data = _valid(RunIn, request)
         run = services.run_create(
-            runner=request.user,
+            runner=_runner(request),
             principal=data["principal"],
             external_id=data.get("external_id", ""),
             budgets=dict(data.get("budgets", {})),
@@ -164,15 +170,15 @@ class RunListView(APIView):
 class RunDetailView(APIView):
     @extend_schema(responses={200: RunOut, **_problems(404)}, tags=["runs"])
     def get(self, request: Request, run_id: str) -> Response:
-        run = selectors.run_get_for_runner(runner=request.user, run_id=run_id)
+        run = selectors.run_get_for_runner(runner=_runner(request), run_id=run_id)
         return Response(RunOut(run).data)
 
 
 class RunCancelView(APIView):
     @extend_schema(request=None, responses={200: RunOut, **_problems(404)}, tags=["runs"])
     def post(self, request: Request, run_id: str) -> Response:
-        run = selectors.run_get_for_runner(runner=request.user, run_id=run_id)
-        run = services.run_cancel(run=run, actor=services.Actor.of_runner(request.user))
+        run = selectors.run_get_for_runner(runner=_runner(request), run_id=run_id)
+        run = services.run_cancel(run=run, actor=services.Actor.of_runner(_runner(request)))
         return Response(RunOut(run).data)
 
 
@@ -206,7 +212,7 @@ class OperationListView(APIView):
             )
         data = _valid(OperationIn, request)
         registration = services.operation_register(
-            runner=request.user,
+            runner=_runner(request),
             run_id=data["run"],
             tool_name=data["tool"],
             operation_key=data["operation_key"],
@@ -250,7 +256,7 @@ class OperationListView(APIView):
                 errors=[{"path": name, "message": "Unknown query parameter."} for name in unknown],
             )
         queryset = selectors.operations_for_runner(
-            runner=request.user,
+            runner=_runner(request),
             status=request.query_params.get("status"),
             run_id=request.query_params.get("run"),
             tool=request.query_params.get("tool"),
@@ -263,21 +269,21 @@ class OperationListView(APIView):
 class OperationDetailView(APIView):
     @extend_schema(responses={200: OperationOut, **_problems(404)}, tags=["operations"])
     def get(self, request: Request, operation_id: str) -> Response:
-        op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
+        op = selectors.operation_get_for_runner(runner=_runner(request), operation_id=operation_id)
         return Response(OperationOut(op).data)
 
 
 class OperationEventsView(APIView):
     @extend_schema(responses={200: EventOut(many=True), **_problems(404)}, tags=["operations"])
     def get(self, request: Request, operation_id: str) -> Response:
-        op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
+        op = selectors.operation_get_for_runner(runner=_runner(request), operation_id=operation_id)
         return Response(EventOut(selectors.events_for_operation(op), many=True).data)
 
 
 class ToolResultView(APIView):
     @extend_schema(responses={200: ToolResultOut, **_problems(404)}, tags=["operations"])
     def get(self, request: Request, operation_id: str) -> Response:
-        op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
+        op = selectors.operation_get_for_runner(runner=_runner(request), operation_id=operation_id)
         return Response(tool_result(op))
 
 
@@ -289,9 +295,11 @@ class AttemptListView(APIView):
         description="Claim the next attempt. Refusals in api.md's order.",
     )
     def post(self, request: Request, operation_id: str) -> Response:
-        op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
+        op = selectors.operation_get_for_runner(runner=_runner(request), operation_id=operation_id)
         data = _valid(LeaseIn, request)
-        attempt = services.attempt_claim(operation=op, runner=request.user, lease_s=data["lease_s"])
+        attempt = services.attempt_claim(
+            operation=op, runner=_runner(request), lease_s=data["lease_s"]
+        )
         return Response(AttemptOut(attempt).data, status=201)
 
 
@@ -300,10 +308,10 @@ class HeartbeatView(APIView):
         request=LeaseIn, responses={200: HeartbeatOut, **_problems(404, 409)}, tags=["attempts"]
     )
     def post(self, request: Request, operation_id: str, number: int) -> Response:
-        op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
+        op = selectors.operation_get_for_runner(runner=_runner(request), operation_id=operation_id)
         data = _valid(LeaseIn, request)
         attempt = services.attempt_heartbeat(
-            operation=op, number=number, lease_s=data["lease_s"], runner=request.user
+            operation=op, number=number, lease_s=data["lease_s"], runner=_runner(request)
         )
         return Response(HeartbeatOut(attempt).data)
 
@@ -315,10 +323,10 @@ class OutcomeView(APIView):
         tags=["attempts"],
     )
     def post(self, request: Request, operation_id: str, number: int) -> Response:
-        op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
+        op = selectors.operation_get_for_runner(runner=_runner(request), operation_id=operation_id)
         data = _valid(OutcomeIn, request)
         op = services.attempt_record_outcome(
-            operation=op, number=number, body=dict(data), runner=request.user
+            operation=op, number=number, body=dict(data), runner=_runner(request)
         )
         return Response(_operation_body(op))
 
@@ -330,14 +338,14 @@ class ReconciliationView(APIView):
         tags=["reconciliation"],
     )
     def post(self, request: Request, operation_id: str) -> Response:
-        op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
+        op = selectors.operation_get_for_runner(runner=_runner(request), operation_id=operation_id)
         data = _valid(ReconciliationIn, request)
         op = services.operation_reconcile(
             operation=op,
             result=data["result"],
             downstream_id=data.get("downstream_id", ""),
             evidence=data.get("evidence"),
-            actor=services.Actor.of_runner(request.user),
+            actor=services.Actor.of_runner(_runner(request)),
             source="runner",
         )
         return Response(_operation_body(op))
@@ -350,13 +358,13 @@ class CompensationView(APIView):
         tags=["reconciliation"],
     )
     def post(self, request: Request, operation_id: str) -> Response:
-        op = selectors.operation_get_for_runner(runner=request.user, operation_id=operation_id)
+        op = selectors.operation_get_for_runner(runner=_runner(request), operation_id=operation_id)
         data = _valid(CompensationIn, request)
         op = services.operation_compensate(
             operation=op,
             result=data["result"],
             evidence=data.get("evidence"),
-            actor=services.Actor.of_runner(request.user),
+            actor=services.Actor.of_runner(_runner(request)),
         )
         return Response(_operation_body(op))
 
@@ -378,14 +386,14 @@ class WebhookEndpointListView(APIView):
                 f"{why}. Targets must be public addresses or listed in WEBHOOK_ALLOWED_HOSTS."
             )
         endpoint, secret = services.webhook_endpoint_create(
-            runner=request.user, url=data["url"], events=data["events"]
+            runner=_runner(request), url=data["url"], events=data["events"]
         )
         body = {**WebhookEndpointOut(endpoint).data, "secret": secret}
         return Response(body, status=201)
 
     @extend_schema(responses={200: WebhookEndpointOut(many=True), **_problems()}, tags=["webhooks"])
     def get(self, request: Request) -> Response:
-        endpoints = selectors.webhook_endpoints_for_runner(runner=request.user)
+        endpoints = selectors.webhook_endpoints_for_runner(runner=_runner(request))
         return Response(WebhookEndpointOut(endpoints, many=True).data)
 
 
@@ -393,17 +401,17 @@ class WebhookEndpointDetailView(APIView):
     @extend_schema(responses={200: WebhookEndpointOut, **_problems(404)}, tags=["webhooks"])
     def get(self, request: Request, endpoint_id: str) -> Response:
         endpoint = selectors.webhook_endpoint_get_for_runner(
-            runner=request.user, endpoint_id=endpoint_id
+            runner=_runner(request), endpoint_id=endpoint_id
         )
         return Response(WebhookEndpointOut(endpoint).data)
 
     @extend_schema(responses={204: None, **_problems(404)}, tags=["webhooks"])
     def delete(self, request: Request, endpoint_id: str) -> Response:
         endpoint = selectors.webhook_endpoint_get_for_runner(
-            runner=request.user, endpoint_id=endpoint_id
+            runner=_runner(request), endpoint_id=endpoint_id
         )
         services.webhook_endpoint_delete(
-            endpoint=endpoint, actor=services.Actor.of_runner(request.user)
+            endpoint=endpoint, actor=services.Actor.of_runner(_runner(request))
         )
         return Response(status=204)
 
@@ -418,10 +426,10 @@ class WebhookSecretRotateView(APIView):
     )
     def post(self, request: Request, endpoint_id: str) -> Response:
         endpoint = selectors.webhook_endpoint_get_for_runner(
-            runner=request.user, endpoint_id=endpoint_id
+            runner=_runner(request), endpoint_id=endpoint_id
         )
         secret = services.webhook_endpoint_rotate(
-            endpoint=endpoint, actor=services.Actor.of_runner(request.user)
+            endpoint=endpoint, actor=services.Actor.of_runner(_runner(request))
         )
         endpoint.refresh_from_db()
         return Response({**WebhookEndpointOut(endpoint).data, "secret": secret})
@@ -463,7 +471,9 @@ class InboundView(APIView):
 class ApprovalDetailView(APIView):
     @extend_schema(responses={200: ApprovalDetailOut, **_problems(404)}, tags=["approvals"])
     def get(self, request: Request, approval_id: str) -> Response:
-        approval = selectors.approval_get_for_runner(runner=request.user, approval_id=approval_id)
+        approval = selectors.approval_get_for_runner(
+            runner=_runner(request), approval_id=approval_id
+        )
         return Response(ApprovalDetailOut(approval).data)
 
 

@@ -13,6 +13,7 @@ import socket
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import cast
 
 import certifi
 import httpcore
@@ -118,7 +119,8 @@ class HostPolicy:
 
 def _resolve(host: str, port: int) -> list[Address]:
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
+    # An IPv4 or IPv6 result's address is a str (typeshed also allows other families' int).
+    return [ipaddress.ip_address(cast(str, info[4][0]).split("%")[0]) for info in infos]
 
 
 class GuardedBackend(httpcore.NetworkBackend):

@@ -118,7 +118,7 @@ class ProbeReport:
     failed: int = 0
 
 
-def _claim(op_id: str, due_at: datetime, now: datetime) -> bool:
+def _claim(op_id: str, due_at: datetime | None, now: datetime) -> bool:
     return bool(
         Operation.objects.filter(
             pk=op_id, status=Status.OUTCOME_UNKNOWN, next_probe_at=due_at

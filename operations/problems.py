@@ -101,8 +101,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         if isinstance(exc, drf.NotAuthenticated | drf.AuthenticationFailed):
             headers["WWW-Authenticate"] = 'Bearer realm="effectgate"'
             exc.status_code = 401
-        if isinstance(exc, drf.Throttled) and exc.wait:
-            headers["Retry-After"] = str(int(exc.wait) + 1)
+        # DRF sets Throttled.wait (whole seconds, or None); its stubs do not declare it.
+        wait = getattr(exc, "wait", None)
+        if isinstance(exc, drf.Throttled) and wait:
+            headers["Retry-After"] = str(int(wait) + 1)
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         title = str(exc.default_detail)
         return _response(problem(exc.status_code, code, str(title), str(detail)), headers)

@@ -117,7 +117,7 @@ class DeliveryReport:
     failed: int = 0
 
 
-def _claim(message_id: str, due_at: datetime, now: datetime) -> bool:
+def _claim(message_id: str, due_at: datetime | None, now: datetime) -> bool:
     lease = timedelta(seconds=settings.WEBHOOK_DELIVERY_LEASE_S)
     return bool(
         OutboxMessage.objects.filter(

@@ -17,6 +17,7 @@ import random
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext, suppress
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -63,7 +64,7 @@ def _schema(required: list[str], properties: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-REFUND = {
+REFUND: dict[str, Any] = {
     "effect_class": "irreversible",
     "description": "Refund a card payment through the payment provider.",
     "input_schema": _schema(
@@ -138,7 +139,7 @@ class Clock:
 
     def __init__(self, now: datetime) -> None:
         self.now = now
-        self._queue: list[tuple[datetime, int, Callable[[], None]]] = []
+        self._queue: list[tuple[datetime, int, Callable[[], object]]] = []
         self._order = itertools.count()
         try:
             import time_machine
@@ -149,7 +150,7 @@ class Clock:
             self._travel = time_machine.travel(now, tick=False)
             self._shifts = True
 
-    def at(self, moment: datetime, action: Callable[[], None]) -> None:
+    def at(self, moment: datetime, action: Callable[[], object]) -> None:
         """Do ``action`` at ``moment``; a moment after now has not come yet: dropped."""
         if moment <= self.now:
             heapq.heappush(self._queue, (moment, next(self._order), action))
@@ -226,25 +227,24 @@ class Demo:
     # --- the story -------------------------------------------------------------------
 
     def setup(self) -> None:
-        self.runner, _ = services.runner_create(
+        runner, _ = services.runner_create(
             name=MARKER_RUNNER, owner=None, actor=services.Actor.system("seed_demo")
         )
+        self.runner = runner
         start = self.now - timedelta(days=HISTORY_DAYS, hours=2)
         self.clock.at(start, self.register_tools)
         self.clock.at(
             self.now - timedelta(days=3, hours=5),
-            lambda: services.tool_register(name="send_refund", body=REFUND_V2, runner=self.runner),
+            lambda: services.tool_register(name="send_refund", body=REFUND_V2, runner=runner),
         )
         self.clock.at(
             self.now - timedelta(days=6),
-            lambda: services.tool_register(
-                name="issue_voucher", body=VOUCHER_V2, runner=self.runner
-            ),
+            lambda: services.tool_register(name="issue_voucher", body=VOUCHER_V2, runner=runner),
         )
         for days_ago in range(HISTORY_DAYS - 1, -1, -1):
             self.clock.at(
                 self.now - timedelta(days=days_ago, hours=self.rng.randint(3, 9)),
-                lambda days_ago=days_ago: self.day(days_ago),
+                partial(self.day, days_ago),
             )
         self.current_states()
 
@@ -290,9 +290,9 @@ class Demo:
             if refund.status == "awaiting_approval":
                 wait = timedelta(minutes=rng.choice([3, 8, 15, 25, 45, 90, 240]))
                 approve = rng.random() < 0.85
-                self.later(when + wait, lambda op=refund, ok=approve: self.approval(op, ok))
+                self.later(when + wait, partial(self.approval, refund, approve))
             else:
-                self.later(when, lambda op=refund: self.attempt(op))
+                self.later(when, partial(self.attempt, refund))
             if rng.random() < 0.6:
                 email = self.register(
                     run_id,
@@ -302,13 +302,13 @@ class Demo:
                 )
                 self.later(
                     when + timedelta(minutes=1),
-                    lambda op=email: self.email(op),
+                    partial(self.email, email),
                 )
             if rng.random() < 0.4:
                 voucher = self.register(
                     run_id, "issue_voucher", {"customer_id": customer, "amount_cents": 500}, 3
                 )
-                self.later(when + timedelta(minutes=2), lambda op=voucher: self.voucher(op))
+                self.later(when + timedelta(minutes=2), partial(self.voucher, voucher))
         if days_ago == 9:
             self.cancelled_run()
         if days_ago == 5:
@@ -376,12 +376,13 @@ class Demo:
         if self.rng.random() < 0.2:
             op = self.outcome(op, number, kind="unknown", code="timeout")
             assert self.runner is not None
+            runner = self.runner
             self.later(
                 timezone.now() + timedelta(minutes=10),
                 lambda: services.operation_compensate(
                     operation=op,
                     result="committed",
-                    actor=services.Actor.of_runner(self.runner),
+                    actor=services.Actor.of_runner(runner),
                     evidence={"voided": True},
                 ),
             )
@@ -516,6 +517,7 @@ class Demo:
                 1,
             )
             lookup = self.register(run_id, "lookup_order", {"order_id": "ord_1414"}, 2)
+            assert self.runner is not None
             services.attempt_claim(operation=lookup, runner=self.runner, lease_s=3600)
 
         self.clock.at(ago(minutes=3), ready_and_executing)
