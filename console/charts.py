@@ -7,6 +7,7 @@ without 'unsafe-inline'); colours come from console.css classes, so charts follo
 light or dark scheme. Every chart also gets a text alternative (a table) in the page.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
@@ -162,7 +163,7 @@ def _label(x: float, text: str, anchor: str = "middle") -> dict[str, Any]:
 
 
 def bar_chart(
-    items: list[tuple[str, float]], *, unit: str = "", tones: list[str] | None = None
+    items: Sequence[tuple[str, float]], *, unit: str = "", tones: list[str] | None = None
 ) -> Chart:
     """Vertical bars, one per ``(label, value)``; ``tones`` name a CSS class per bar."""
     chart = Chart(kind="bars")

@@ -38,6 +38,12 @@ def client_ip(request: Any) -> str:
     return meta.get("REMOTE_ADDR", "") or ""
 
 
+def session_verified(request: Any) -> bool:
+    """Whether this session was verified with a one-time password (django-otp's
+    middleware gives ``request.user`` an ``is_verified`` method)."""
+    return bool(request.user.is_verified())
+
+
 def session_start(session: Any, *, now: float | None = None) -> None:
     """Start both clocks of a freshly signed-in session."""
     now = time.time() if now is None else now

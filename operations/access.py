@@ -12,6 +12,7 @@ exempts them from separation of duties.
 """
 
 import unicodedata
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
@@ -196,13 +197,14 @@ def may_activate_tool(user: Any, tool: Tool) -> bool:
 TOOL_PERMISSION_LABELS = ((DECIDE, "decide"), (RECONCILE, "reconcile"), (ACTIVATE, "activate"))
 
 
-def tool_permissions_held(user: Any, tools: list[Tool]) -> dict[str, list[str]]:
+def tool_permissions_held(user: Any, tools: Sequence[Tool]) -> dict[str, list[str]]:
     """For each of ``tools``, which of decide / reconcile / activate ``user`` holds; one
     query for the object permissions of them all."""
     if not user.is_active:
         return {tool.name: [] for tool in tools}
     checker = ObjectPermissionChecker(user)
-    checker.prefetch_perms(tools)
+    # guardian takes any sequence of objects; its stubs say QuerySet.
+    checker.prefetch_perms(tools)  # type: ignore[arg-type]
     everywhere = {perm for perm, _ in TOOL_PERMISSION_LABELS if user.has_perm(perm)}
     return {
         tool.name: [

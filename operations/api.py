@@ -128,7 +128,7 @@ class ToolInvokerView(APIView):
         tool = selectors.tool_get(name)
         other = selectors.runner_get_by_name(runner_name)
         services.tool_invoker_set(
-            tool=tool, runner=other, allow=allow, actor=services.Actor.of_runner(request.user)
+            tool=tool, runner=other, allow=allow, actor=services.Actor.of_runner(_runner(request))
         )
         return Response({"tool": tool.name, "runner": other.name, "allowed": allow})
 

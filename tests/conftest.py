@@ -120,6 +120,13 @@ def other_api(db) -> Api:
 
 
 @pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    # The production hasher is slow on purpose; the suite creates many people. Tests of
+    # the hasher itself would set their own.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
 def _static_without_manifest(settings):
     # Production serves hashed, collected files; the suite renders templates without
     # running collectstatic first.

@@ -35,7 +35,7 @@ def _page(
 ) -> HttpResponse:
     context = {
         "devices": security.second_factor_devices(request.user),
-        "verified": request.user.is_verified(),
+        "verified": security.session_verified(request),
         "pending": pending,
         "secret": security.second_factor_secret(pending) if pending else "",
         "form": form or CodeForm(),
@@ -61,7 +61,7 @@ def account(request: HttpRequest) -> HttpResponse:
 def totp_start(request: HttpRequest) -> HttpResponse:
     try:
         device = security.second_factor_start(
-            user=request.user, verified=request.user.is_verified()
+            user=request.user, verified=security.session_verified(request)
         )
     except Refusal as refusal:
         messages.error(request, refusal.detail)

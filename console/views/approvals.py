@@ -13,6 +13,7 @@ from approvals.models import ApprovalRequest
 from operations import access, selectors, services
 from operations.canonical import canonical_json
 
+from .. import security
 from ..forms import DecisionForm, RevokeForm
 from ..presenters import changes, flatten
 from .common import found
@@ -36,7 +37,7 @@ def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
             user=request.user,
             request=approval,
             op=op,
-            otp_verified=request.user.is_verified(),
+            otp_verified=security.session_verified(request),
         )
         if pending
         else None
@@ -93,7 +94,7 @@ def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
             user=request.user,
             approve=approve,
             comment=form.cleaned_data["comment"],
-            otp_verified=request.user.is_verified(),
+            otp_verified=security.session_verified(request),
         )
     except Refusal as refusal:
         messages.error(request, refusal.detail)

@@ -8,6 +8,8 @@ from django.http import Http404, HttpRequest
 
 from operations.errors import NotFound
 
+from ..middleware import HtmxHttpRequest
+
 
 def found(getter: Callable[..., Any], **kwargs: Any) -> Any:
     """Call an access function; a ``NotFound`` becomes a 404."""
@@ -17,7 +19,7 @@ def found(getter: Callable[..., Any], **kwargs: Any) -> Any:
         raise Http404(str(exc)) from exc
 
 
-def partial(request: HttpRequest, template: str, name: str) -> str:
+def partial(request: HtmxHttpRequest, template: str, name: str) -> str:
     """The whole page, or only the named partial when htmx asks for it."""
     return f"{template}#{name}" if request.htmx and request.GET.get("partial") else template
 

@@ -5,7 +5,7 @@ SVG charts with a table beside each. It refreshes itself while the tab is visibl
 from datetime import UTC, datetime, timedelta
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -14,6 +14,7 @@ from operations import selectors
 from operations.machine import TERMINAL, Status
 
 from ..charts import bar_chart, duration_text, hbar_chart, line_chart
+from ..middleware import HtmxHttpRequest
 from .common import partial
 
 DAYS = 14
@@ -120,6 +121,6 @@ def figures(user, now: datetime) -> dict:
 
 @require_GET
 @login_required
-def dashboard(request: HttpRequest) -> HttpResponse:
+def dashboard(request: HtmxHttpRequest) -> HttpResponse:
     context = figures(request.user, timezone.now())
     return render(request, partial(request, "console/dashboard.html", "panels"), context)

@@ -1,7 +1,7 @@
 """The inbox: the approval requests a person may decide on, most urgent first."""
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -9,12 +9,13 @@ from django.views.decorators.http import require_GET
 from operations import access, selectors
 from operations.machine import EffectClass
 
+from ..middleware import HtmxHttpRequest
 from .common import partial
 
 
 @require_GET
 @login_required
-def inbox(request: HttpRequest) -> HttpResponse:
+def inbox(request: HtmxHttpRequest) -> HttpResponse:
     filters = {name: request.GET.get(name) or None for name in ("tool", "effect_class", "run")}
     pending = list(selectors.requests_pending_for_user(user=request.user, **filters)[:200])
     now = timezone.now()

@@ -68,7 +68,7 @@ def operation_resolve(request: HttpRequest, operation_id: str) -> HttpResponse:
     form = ResolveForm(request.POST)
     if not form.is_valid():
         for errors in form.errors.values():
-            messages.error(request, " ".join(errors))
+            messages.error(request, " ".join(str(error) for error in errors))
         return _back(op.id)
     data = form.cleaned_data
     try:

@@ -3,7 +3,7 @@ oldest first, in saved queues."""
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
@@ -11,6 +11,7 @@ from django.views.decorators.http import require_GET
 from operations import access, selectors
 from operations.machine import EffectClass
 
+from ..middleware import HtmxHttpRequest
 from .common import partial
 
 
@@ -23,7 +24,7 @@ def _int_or_none(value: str | None) -> int | None:
 
 @require_GET
 @login_required
-def reconciliation(request: HttpRequest) -> HttpResponse:
+def reconciliation(request: HtmxHttpRequest) -> HttpResponse:
     queue = request.GET.get("queue") or "all"
     if queue not in selectors.SAVED_QUEUES:
         queue = "all"

@@ -2,7 +2,7 @@
 inbox, the reconciliation queue, search, lists, runs, tools and the audit log."""
 
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
@@ -98,7 +98,7 @@ def approval_comparison(request: ApprovalRequest) -> tuple[str, Operation] | Non
     if ApprovalRequest.objects.filter(operation=op, created_at__lt=request.created_at).exists():
         return ("an earlier request for this operation", op)
     if op.previous_id:
-        return ("the operation this one retries", op.previous)
+        return ("the operation this one retries", cast(Operation, op.previous))
     earlier = (
         Operation.objects.filter(run_id=op.run_id, tool_id=op.tool_id, id__lt=op.id)
         .order_by("-id")
@@ -327,8 +327,8 @@ def tool_access(tool: Tool) -> list[dict[str, Any]]:
             {
                 "permission": perm,
                 "label": label,
-                "users": sorted(u.get_username() for u in users if u.is_active),
-                "groups": sorted(g.name for g in groups),
+                "users": sorted(u.get_username() for u in cast(Any, users) if u.is_active),
+                "groups": sorted(g.name for g in cast(Any, groups)),
                 "global_users": sorted(
                     u.get_username() for u in _global_holders(codename).exclude(is_superuser=True)
                 ),

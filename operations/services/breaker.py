@@ -52,7 +52,10 @@ def breaker_admits_locked(op: Operation, *, now: datetime) -> errors.DomainError
     State = Tool.BreakerState
     system = Actor.system("breaker")
     if tool.breaker_state == State.OPEN:
-        until = tool.breaker_opened_at + timedelta(seconds=config["cooldown_s"])
+        # Opened by hand or by failures, the time is always set with the state; a row
+        # edited to "open" without one counts as opened now.
+        opened_at = tool.breaker_opened_at or now
+        until = opened_at + timedelta(seconds=config["cooldown_s"])
         if now < until:
             return errors.RetryLater(
                 f"The circuit breaker of {tool.name} is open until {iso(until)}.",

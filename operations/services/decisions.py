@@ -99,7 +99,7 @@ def approval_decide(
                     "approvals_required": request.approvals_required,
                 },
             )
-            if decided.outcome == "approved":
+            if decided.outcome == "approved" and decided.grant is not None:
                 enter(
                     op,
                     to=Status.READY,

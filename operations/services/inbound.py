@@ -118,7 +118,8 @@ def inbound_apply(*, event_id: str) -> InboundEvent:
         if event.status != Inbound.RECEIVED:
             return event
         now = timezone.now()
-        config = event.tool.active_version.contract.get("inbound") or {}
+        active = event.tool.active_version
+        config = (active.contract.get("inbound") if active is not None else None) or {}
         event_type = resolve_pointer(event.payload, config.get("type", "/type"))
         event.event_type = str(event_type)[:255] if not is_missing(event_type) else ""
         if event.event_type in config.get("succeeded", []):

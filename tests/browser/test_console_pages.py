@@ -27,8 +27,6 @@ def demo(db, settings):
 
     Seeding takes seconds, so each test that needs it walks several pages.
     """
-    # The demo people's passwords are hashed with a fast hasher in tests.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     call_command("seed_demo", stdout=io.StringIO())
 
 

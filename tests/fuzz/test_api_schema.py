@@ -24,6 +24,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from .conftest import Known, build_world, count
 
+# Minutes of generated cases: in `make test` and CI, not in `make check`.
+pytestmark = pytest.mark.slow
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "25"))
 APP = get_wsgi_application()
 

@@ -30,6 +30,7 @@ import itertools
 import os
 from datetime import UTC, datetime, timedelta
 
+import pytest
 import time_machine
 from django.db import transaction
 from django.db.models import Count, F, Q
@@ -47,6 +48,9 @@ from tests.approvals.conftest import person
 from tests.conftest import contract, make_runner
 
 from .conftest import count
+
+# Minutes of random sequences: in `make test` and CI, not in `make check`.
+pytestmark = pytest.mark.slow
 
 EXAMPLES = int(os.environ.get("STATEFUL_EXAMPLES", "30"))
 STEPS = int(os.environ.get("STATEFUL_STEPS", "25"))

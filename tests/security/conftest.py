@@ -56,11 +56,5 @@ postgresql_only = pytest.mark.skipif(
 )
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    # Sign-in tests hash many passwords; the production hasher is deliberately slow.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 # The console's small world (two tools, operations of each) for pages to render.
 from tests.console.conftest import superuser, world  # noqa: E402, F401
