@@ -1,4 +1,5 @@
-"""Audit verification beyond the chains: the ledger state follows from the events.
+"""Audit verification beyond the chains: the ledger state follows from the events, and
+TRUNCATE is refused.
 
 The forgeries here use only what the application's database credentials allow: plain
 INSERT and UPDATE on tables without triggers, INSERT on the append-only ones.
@@ -11,21 +12,22 @@ from io import StringIO
 import pgtrigger
 import pytest
 import time_machine
+from django.apps import apps
 from django.core.management import call_command
 from django.core.management.base import CommandError
-from django.db import connection
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
 from approvals.models import ApprovalRequest, Decision, Grant
 from operations import audit, services
 from operations.errors import NotUnknown
-from operations.models import Operation, Resolution, Run, Tool
-from operations.triggers import trigger_uris
+from operations.models import Event, Operation, Resolution, Run, Tool
+from operations.triggers import APPEND_ONLY_MODELS, trigger_uris, truncate_trigger_uris
 from tests.approvals.conftest import person
-from tests.conftest import contract
+from tests.conftest import contract, make_runner
 
-from .conftest import on_postgresql
+from .conftest import on_postgresql, postgresql_only
 
 
 def _verify(*args: str) -> tuple[int, str]:
@@ -45,7 +47,7 @@ def _sql(statement: str, params: list) -> None:
 @contextlib.contextmanager
 def tampering():
     """What a database owner could do: bypass every audit trigger (SQLite has none)."""
-    with pgtrigger.ignore(*trigger_uris()):
+    with pgtrigger.ignore(*trigger_uris(), *truncate_trigger_uris()):
         yield
 
 
@@ -435,3 +437,46 @@ def test_an_emptied_events_table_fails_because_operations_are_unexplained(api):
     assert "UNEXPLAINED" in out
     code, out = _verify("--all")
     assert f"operations.Operation {op['id']}: it has no event at all, not even registered" in out
+
+
+# --- TRUNCATE refused -------------------------------------------------------------------
+
+
+@postgresql_only
+def test_truncate_is_refused_on_every_audit_table(api):
+    _rich_ledger(api)
+    before = {label: apps.get_model(label).objects.count() for label in APPEND_ONLY_MODELS}
+    assert all(before.values())
+    tables = [apps.get_model(label)._meta.db_table for label in APPEND_ONLY_MODELS]
+    _check_foreign_keys_now()
+    for statement in [
+        # CASCADE: without it PostgreSQL itself refuses to empty a table others refer to
+        # (resolutions, by their reviews) before any trigger has a say.
+        *(f"TRUNCATE {table} CASCADE" for table in tables),
+        # Emptying what they refer to reaches them through CASCADE, and is refused too.
+        "TRUNCATE operations_operation CASCADE",
+        "TRUNCATE approvals_approvalrequest CASCADE",
+    ]:
+        with (
+            pytest.raises(DatabaseError, match="pgtrigger: Cannot truncate"),
+            transaction.atomic(),
+        ):
+            _sql(statement, [])
+    assert {label: apps.get_model(label).objects.count() for label in APPEND_ONLY_MODELS} == (
+        before
+    )
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_flush_still_empties_the_database_and_the_triggers_stay():
+    """The test runner flushes between transactional tests (this one included)."""
+    _pending(make_runner())
+    call_command("flush", interactive=False, verbosity=0)
+    assert not Event.objects.exists()
+    assert not Operation.objects.exists()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'pgtrigger_no_trunc%%'")
+        assert cursor.fetchone()[0] == len(APPEND_ONLY_MODELS)
+    with pytest.raises(DatabaseError, match="Cannot truncate"), transaction.atomic():
+        _sql("TRUNCATE operations_event", [])
