@@ -13,7 +13,8 @@ pgtrigger after every ``migrate`` (``PGTRIGGER_INSTALL_ON_MIGRATE``), without mi
 files (``PGTRIGGER_MIGRATIONS = False``). SQLite, the one-command local mode, has no such
 triggers; there the hash chains (``python manage.py audit verify``) still reveal a
 rewritten event. What neither covers, a database superuser who drops the trigger and
-rewrites a whole chain, is why docs/security.md recommends exporting chain heads.
+rewrites a whole chain, is why docs/security.md recommends anchoring the chains
+elsewhere (``python manage.py audit anchor``).
 
 Django's ``flush`` (the test runner empties the database with it between transactional
 tests) truncates every table; ``operations/management/commands/flush.py`` runs it with

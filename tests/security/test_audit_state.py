@@ -1,5 +1,5 @@
-"""Audit verification beyond the chains: the ledger state follows from the events, and
-TRUNCATE is refused.
+"""Audit verification beyond the chains: the ledger state follows from the events,
+TRUNCATE is refused, and anchors kept elsewhere reveal a removed or rewritten history.
 
 The forgeries here use only what the application's database credentials allow: plain
 INSERT and UPDATE on tables without triggers, INSERT on the append-only ones.
@@ -37,6 +37,12 @@ def _verify(*args: str) -> tuple[int, str]:
     except CommandError as exc:
         return 1, out.getvalue() + str(exc)
     return 0, out.getvalue()
+
+
+def _anchor(*args: str) -> str:
+    out = StringIO()
+    call_command("audit", "anchor", *args, stdout=out)
+    return out.getvalue().strip()
 
 
 def _sql(statement: str, params: list) -> None:
@@ -480,3 +486,103 @@ def test_flush_still_empties_the_database_and_the_triggers_stay():
         assert cursor.fetchone()[0] == len(APPEND_ONLY_MODELS)
     with pytest.raises(DatabaseError, match="Cannot truncate"), transaction.atomic():
         _sql("TRUNCATE operations_event", [])
+
+
+# --- anchors ----------------------------------------------------------------------------
+
+
+def _history(api, tool: str = "t") -> str:
+    api.tool(tool, contract("idempotent"))
+    op = api.register(api.run(), tool)
+    api.claim(op["id"])
+    api.outcome(op["id"], 1, {"kind": "failed", "code": "rate_limited"})
+    return op["id"]
+
+
+def test_an_anchor_still_holds_after_more_events_are_appended(api):
+    first = _history(api)
+    anchor = _anchor("--lag", "0")
+    parsed = audit.Anchor.parse(anchor)
+    assert (parsed.events, parsed.streams) == (
+        Event.objects.count(),
+        Event.objects.values("stream").distinct().count(),
+    )
+    with time_machine.travel(timezone.now() + timedelta(minutes=1)):
+        api.claim(first)
+        api.outcome(first, 2, {"kind": "succeeded"})
+        _history(api, "t2")
+    code, out = _verify("--expect", anchor)
+    assert code == 0, out
+    assert f"The anchor holds: the {parsed.events} events recorded by" in out
+
+
+def test_an_anchor_reveals_a_rewritten_chain(api):
+    op = _history(api)
+    _history(api, "t2")
+    anchor = _anchor("--lag", "0")
+    prev = services.GENESIS_HASH
+    with tampering():
+        for event in Event.objects.filter(stream=op).order_by("seq"):
+            event.actor = "user:mallory"
+            event.prev_hash = prev
+            event.hash = services.event_hash(event)
+            Event.objects.filter(pk=event.pk).update(
+                actor=event.actor, prev_hash=event.prev_hash, hash=event.hash
+            )
+            prev = event.hash
+    assert audit.chains_verify().ok
+    assert _unexplained() == []
+    code, out = _verify("--expect", anchor)
+    assert code == 1
+    assert "Every chain verifies." in out
+    assert f"ANCHOR MISMATCH expected {anchor}" in out
+    assert "a chain was rewritten" in out
+
+
+def test_an_anchor_reveals_an_emptied_table_and_a_backdated_event(api):
+    op = _history(api)
+    anchor = _anchor("--lag", "0")
+    parsed = audit.Anchor.parse(anchor)
+
+    last = Event.objects.filter(stream=op).order_by("-seq").first()
+    forged = Event(
+        stream=op,
+        seq=last.seq + 1,
+        kind="note",
+        operation_id=op,
+        from_status=last.to_status,
+        to_status=last.to_status,
+        actor="user:mallory",
+        at=last.at,
+        data={"note": "backdated"},
+        prev_hash=last.hash,
+    )
+    forged.hash = services.event_hash(forged)
+    forged.save()
+    code, out = _verify("--expect", anchor)
+    assert code == 1
+    assert "1 events dated by then were added after the anchor was taken" in out
+
+    _empty_the_events_table()
+    code, out = _verify("--expect", anchor)
+    assert code == 1
+    assert f"{parsed.events} of the {parsed.events} events recorded by then are missing" in out
+
+
+def test_anchor_refuses_a_broken_trail_and_verify_refuses_a_malformed_anchor(api):
+    op = _history(api)
+    code, out = _verify("--expect", "eg-anchor-v1,at=yesterday")
+    assert code == 1
+    assert "--expect takes an anchor printed by 'audit anchor'" in out
+    with tampering():
+        Event.objects.filter(stream=op, seq=2).update(kind="forged")
+    with pytest.raises(CommandError, match="Not anchoring a broken audit trail"):
+        _anchor()
+
+
+def test_the_lag_keeps_recent_events_out_of_the_anchor(api):
+    _history(api)
+    with time_machine.travel(timezone.now() + timedelta(seconds=30)):
+        parsed = audit.Anchor.parse(_anchor("--lag", "600"))
+    assert (parsed.events, parsed.streams) == (0, 0)
+    assert str(audit.Anchor.parse(str(parsed))) == str(parsed)
