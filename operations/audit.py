@@ -1,23 +1,38 @@
-"""Verifying the audit trail: every event stream's hash chain, recomputed.
+"""Verifying the audit trail: the hash chains, the ledger state they explain, anchors.
 
-Each event stores the hash of its stream's previous event (``prev_hash``) and a hash
-over its own fields and that link (``services.event_hash``). Rewriting an event's
-fields, deleting one, inserting one or reordering them breaks the chain at that point.
+1. ``chains_verify``: every event stream's hash chain, recomputed. Each event stores the
+   hash of its stream's previous event (``prev_hash``) and a hash over its own fields
+   and that link (``services.event_hash``). Rewriting an event's fields, deleting one,
+   inserting one or reordering them breaks the chain at that point. Events are read in
+   (stream, seq) order through a database cursor, one chunk at a time, keeping only the
+   current stream's last hash: memory stays bounded whatever the size of the table.
+2. ``state_verify``: the rows that decide what may run (decisions, grants, approval
+   requests, resolutions and their reviews, operations, runs, tools) follow from the
+   events. Every transition writes its event beside the row it changes, in the same
+   transaction; a row no event explains was written around the services, e.g. by SQL
+   sent with the application's credentials. Each model is read in primary-key order,
+   in chunks, with the events it needs looked up by correlated subqueries.
+3. ``Anchor``: the chain heads as of a time, as a short string kept outside the
+   database. A later pass recomputes the heads as of the same time; a truncated table
+   or a rewritten chain no longer gives the same string, while events appended since
+   do not change it.
 
-``chains_verify`` reads events in (stream, seq) order through a database cursor, one
-chunk at a time, and keeps only the current stream's last hash: memory stays bounded
-whatever the size of the table. It reports the first break of each stream; the
-management command ``audit verify`` prints the first break overall.
+The management command ``audit`` runs these (``audit verify``, ``audit anchor``).
 """
 
 import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Exists, F, IntegerField, JSONField, OuterRef, Q, QuerySet, Subquery
+from django.db.models.fields.json import KT
 
-from .models import Event
+from approvals.models import ApprovalRequest, Decision, Grant
+
+from .canonical import intent_hash, sha256_hex
+from .models import Event, Operation, Resolution, ResolutionReview, Run, Tool, ToolVersion
 from .services.core import GENESIS_HASH, event_hash
 
 CHUNK = 2000
@@ -54,14 +69,79 @@ class ChainBreak:
         )
 
 
+ANCHOR_PREFIX = "eg-anchor-v1"
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """The chain heads as of ``at``: for every stream with an event at or before ``at``,
+    the last such event's (stream, seq, hash).
+
+    ``digest`` is SHA-256 over one ``stream<TAB>seq<TAB>hash<LF>`` line per stream, in
+    stream order; ``events`` and ``streams`` count what it covers. Because each hash
+    covers its stream's whole past, an unchanged digest means every event recorded by
+    ``at`` is still there, unchanged, and nothing was added dated by ``at``.
+    """
+
+    at: datetime
+    events: int
+    streams: int
+    digest: str
+
+    def __str__(self) -> str:
+        at = self.at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return (
+            f"{ANCHOR_PREFIX},at={at},events={self.events},streams={self.streams},"
+            f"sha256={self.digest}"
+        )
+
+    @classmethod
+    def parse(cls, text: str) -> "Anchor":
+        """The anchor ``str(anchor)`` printed; ValueError if ``text`` is not one."""
+        prefix, _, rest = text.strip().partition(",")
+        fields = dict(part.partition("=")[::2] for part in rest.split(","))
+        if prefix != ANCHOR_PREFIX or set(fields) != {"at", "events", "streams", "sha256"}:
+            raise ValueError(f"not an anchor ({ANCHOR_PREFIX},at=...,events=...,...)")
+        at = datetime.fromisoformat(fields["at"])
+        digest = fields["sha256"].lower()
+        if at.tzinfo is None or len(digest) != 64 or set(digest) - set("0123456789abcdef"):
+            raise ValueError("an anchor's time must be UTC and its sha256 64 hex digits")
+        return cls(
+            at=at, events=int(fields["events"]), streams=int(fields["streams"]), digest=digest
+        )
+
+    def compare(self, current: "Anchor") -> str | None:
+        """Why ``current`` (the heads recomputed as of ``self.at``) differs, or None."""
+        if current == self:
+            return None
+        if current.events < self.events or current.streams < self.streams:
+            return (
+                f"{self.events - current.events} of the {self.events} events recorded by "
+                f"then are missing ({current.streams} of {self.streams} streams remain): "
+                "deleted or truncated"
+            )
+        if current.events > self.events or current.streams > self.streams:
+            return (
+                f"{current.events - self.events} events dated by then were added after "
+                "the anchor was taken: inserted with a past time, or written by a "
+                "transaction that committed later than the anchor's lag allowed for"
+            )
+        return (
+            "the same number of events and streams, but at least one chain's head has "
+            "another hash: a chain was rewritten"
+        )
+
+
 @dataclass
 class ChainReport:
     events: int = 0
     streams: int = 0
     breaks: list[ChainBreak] = field(default_factory=list)
-    # sha256 over every stream's (name, last seq, last hash), in stream order: a value
-    # to keep outside the database, so that a later rewrite of a whole chain shows.
+    # sha256 over every stream's (name, last seq, last hash), in stream order. It
+    # changes with every appended event; ``anchor`` is the form that can be kept.
     heads_digest: str = ""
+    # The heads as of the time asked for (``anchor_at``), if one was.
+    anchor: Anchor | None = None
 
     @property
     def ok(self) -> bool:
@@ -109,26 +189,44 @@ def _check(row: dict[str, Any], *, expected_seq: int, expected_prev: str) -> Cha
     return None
 
 
-def chains_verify(queryset: QuerySet | None = None, *, stop_at_first: bool = False) -> ChainReport:
+def chains_verify(
+    queryset: QuerySet | None = None,
+    *,
+    stop_at_first: bool = False,
+    anchor_at: datetime | None = None,
+) -> ChainReport:
     """Recompute every chain in ``queryset`` (default: all events).
 
     Records the first break of each stream (after a break, the rest of that stream
     cannot be trusted, so it is skipped); with ``stop_at_first`` stops at the first.
+    With ``anchor_at``, also computes the heads as of that time (``report.anchor``).
     """
-    return chains_verify_rows(_rows(queryset), stop_at_first=stop_at_first)
+    return chains_verify_rows(_rows(queryset), stop_at_first=stop_at_first, anchor_at=anchor_at)
 
 
 def chains_verify_rows(
-    rows: Iterable[dict[str, Any]], *, stop_at_first: bool = False
+    rows: Iterable[dict[str, Any]],
+    *,
+    stop_at_first: bool = False,
+    anchor_at: datetime | None = None,
 ) -> ChainReport:
     report = ChainReport()
     heads = hashlib.sha256()
+    anchored = hashlib.sha256()
+    anchored_events = anchored_streams = 0
     stream: str | None = None
     expected_seq, expected_prev, broken = 1, GENESIS_HASH, False
+    # The current stream's last event dated at or before anchor_at: (seq, hash).
+    anchor_head: tuple[int, str] | None = None
 
     def close(name: str | None) -> None:
-        if name is not None:
-            heads.update(f"{name}\t{expected_seq - 1}\t{expected_prev}\n".encode())
+        nonlocal anchored_streams
+        if name is None:
+            return
+        heads.update(f"{name}\t{expected_seq - 1}\t{expected_prev}\n".encode())
+        if anchor_head is not None:
+            anchored.update(f"{name}\t{anchor_head[0]}\t{anchor_head[1]}\n".encode())
+            anchored_streams += 1
 
     for row in rows:
         if row["stream"] != stream:
@@ -136,7 +234,13 @@ def chains_verify_rows(
             stream = row["stream"]
             report.streams += 1
             expected_seq, expected_prev, broken = 1, GENESIS_HASH, False
+            anchor_head = None
         report.events += 1
+        # The anchor is over the events as stored, broken chain or not: the two checks
+        # answer different questions and are reported separately.
+        if anchor_at is not None and row["at"] <= anchor_at:
+            anchor_head = (row["seq"], row["hash"])
+            anchored_events += 1
         if broken:
             continue
         found = _check(row, expected_seq=expected_seq, expected_prev=expected_prev)
@@ -149,4 +253,426 @@ def chains_verify_rows(
         expected_seq, expected_prev = row["seq"] + 1, row["hash"]
     close(stream)
     report.heads_digest = heads.hexdigest()
+    if anchor_at is not None:
+        report.anchor = Anchor(
+            at=anchor_at,
+            events=anchored_events,
+            streams=anchored_streams,
+            digest=anchored.hexdigest(),
+        )
     return report
+
+
+# ---------------------------------------------------------------------------------------
+# The ledger state follows from the events
+
+
+@dataclass(frozen=True)
+class Unexplained:
+    """A state row that no event explains: which row, and what is missing."""
+
+    model: str
+    pk: str
+    problem: str
+
+    def describe(self) -> str:
+        return f"{self.model} {self.pk}: {self.problem}"
+
+
+class _Count(Subquery):
+    """The number of rows of a subquery, as a column of the outer query."""
+
+    template = "(SELECT COUNT(*) FROM (%(subquery)s) _counted)"
+    output_field = IntegerField()
+
+
+def _events(kinds: str | tuple[str, ...], *, stream: Any, **data: Any) -> QuerySet:
+    """Events of ``kinds`` in ``stream`` whose data holds each of ``data`` (compared as
+    text, the form of the ids the services write there)."""
+    queryset = Event.objects.filter(
+        stream=stream, kind__in=(kinds,) if isinstance(kinds, str) else kinds
+    )
+    for key, value in data.items():
+        queryset = queryset.alias(**{f"data_{key}": KT(f"data__{key}")}).filter(
+            **{f"data_{key}": value}
+        )
+    return queryset
+
+
+def _first_data(queryset: QuerySet) -> Subquery:
+    return Subquery(queryset.values("data")[:1], output_field=JSONField())
+
+
+def _same_time(recorded: Any, value: datetime | None) -> bool:
+    """Whether an event's timestamp (RFC 3339 text in its data) is ``value``."""
+    if not isinstance(recorded, str) or value is None:
+        return recorded is None and value is None
+    try:
+        return datetime.fromisoformat(recorded) == value
+    except ValueError:
+        return False
+
+
+def _decisions() -> Iterator[Unexplained]:
+    """Every decision has the ``decision`` event that recorded it: same approval,
+    same person (the event's actor), same verdict."""
+    rows = Decision.objects.annotate(
+        evented=Exists(
+            _events(
+                "decision",
+                stream=OuterRef("request__operation_id"),
+                approval=OuterRef("request_id"),
+                decision=OuterRef("decision"),
+            ).filter(actor_user_id=OuterRef("user_id"))
+        )
+    ).values("pk", "request_id", "request__operation_id", "user_id", "decision", "evented")
+    for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
+        if not row["evented"]:
+            yield Unexplained(
+                "approvals.Decision",
+                str(row["pk"]),
+                f"no decision event in {row['request__operation_id']} records user "
+                f"{row['user_id']}'s {row['decision']} on approval {row['request_id']}",
+            )
+
+
+def _grants() -> Iterator[Unexplained]:
+    """Every grant has its ``granted`` event, and agrees with it on the approval, the
+    intent hash and the expiry; it is revoked exactly when a ``grant_revoked`` event
+    says so."""
+    stream = OuterRef("request__operation_id")
+    rows = Grant.objects.annotate(
+        granted=_first_data(_events("granted", stream=stream, grant=OuterRef("pk"))),
+        revoked_evented=Exists(_events("grant_revoked", stream=stream, grant=OuterRef("pk"))),
+    ).values(
+        "pk",
+        "request_id",
+        "request__operation_id",
+        "intent_hash",
+        "expires_at",
+        "revoked_at",
+        "granted",
+        "revoked_evented",
+    )
+    for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
+        granted = row["granted"]
+        problem = None
+        if granted is None:
+            problem = f"no granted event in {row['request__operation_id']} gave it"
+        elif granted.get("approval") != row["request_id"]:
+            problem = (
+                f"it belongs to approval {row['request_id']}, its granted event to "
+                f"{granted.get('approval')}"
+            )
+        elif granted.get("intent_hash") != row["intent_hash"]:
+            problem = "its intent_hash is not the one its granted event bound"
+        elif not _same_time(granted.get("expires_at"), row["expires_at"]):
+            problem = (
+                f"it expires at {row['expires_at'].isoformat()}, its granted event says "
+                f"{granted.get('expires_at')}"
+            )
+        elif row["revoked_evented"] and row["revoked_at"] is None:
+            problem = "a grant_revoked event revoked it, but revoked_at is empty"
+        elif row["revoked_at"] is not None and not row["revoked_evented"]:
+            problem = "revoked_at is set, but no grant_revoked event revoked it"
+        if problem:
+            yield Unexplained("approvals.Grant", row["pk"], problem)
+
+
+# The events that open a request (registration, a grant found invalid at claim, a "did
+# not happen" for an irreversible tool) and those that settle one. A request may also
+# become withdrawn (its operation ended otherwise) or expired (while its operation was
+# not waiting for it) without an event of its own; pending is where every one starts.
+REQUEST_OPENED_BY = ("approval_requested", "grant_invalid", "reconciled")
+REQUEST_STATUS_AFTER = {
+    "granted": ApprovalRequest.RequestStatus.APPROVED,
+    "rejected": ApprovalRequest.RequestStatus.REJECTED,
+    "grant_revoked": ApprovalRequest.RequestStatus.REVOKED,
+    "approval_expired": ApprovalRequest.RequestStatus.EXPIRED,
+}
+REQUEST_STATUSES_WITHOUT_EVENT = {
+    ApprovalRequest.RequestStatus.PENDING,
+    ApprovalRequest.RequestStatus.EXPIRED,
+    ApprovalRequest.RequestStatus.WITHDRAWN,
+}
+
+
+def _approval_requests() -> Iterator[Unexplained]:
+    """Every request was opened by an event, its status is the one its last settling
+    event left, and it has as many decisions as ``decision`` events name it."""
+    stream, approval = OuterRef("operation_id"), OuterRef("pk")
+    rows = ApprovalRequest.objects.annotate(
+        opened=Exists(_events(REQUEST_OPENED_BY, stream=stream, approval=approval)),
+        settled_by=Subquery(
+            _events(tuple(REQUEST_STATUS_AFTER), stream=stream, approval=approval)
+            .order_by("-seq")
+            .values("kind")[:1]
+        ),
+        decision_rows=_Count(Decision.objects.filter(request=OuterRef("pk")).values("pk")),
+        decision_events=_Count(_events("decision", stream=stream, approval=approval).values("pk")),
+    ).values(
+        "pk", "operation_id", "status", "opened", "settled_by", "decision_rows", "decision_events"
+    )
+    for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
+        status, settled_by = row["status"], row["settled_by"]
+        problem = None
+        if not row["opened"]:
+            problem = (
+                f"no event in {row['operation_id']} opened it "
+                f"({', '.join(REQUEST_OPENED_BY)} naming it)"
+            )
+        elif settled_by is None and status not in REQUEST_STATUSES_WITHOUT_EVENT:
+            problem = f"its status is {status}, but no event settled it"
+        elif settled_by is not None and status != REQUEST_STATUS_AFTER[settled_by]:
+            problem = (
+                f"its status is {status}, but its last {settled_by} event left it "
+                f"{REQUEST_STATUS_AFTER[settled_by]}"
+            )
+        elif row["decision_rows"] != row["decision_events"]:
+            problem = (
+                f"it has {row['decision_rows']} decisions, but {row['decision_events']} "
+                "decision events name it"
+            )
+        if problem:
+            yield Unexplained("approvals.ApprovalRequest", row["pk"], problem)
+
+
+def _resolutions() -> Iterator[Unexplained]:
+    """Every "did not happen" proposal has its ``resolution_proposed`` event, by the
+    person who declared it."""
+    rows = Resolution.objects.annotate(
+        evented=Exists(
+            _events(
+                "resolution_proposed", stream=OuterRef("operation_id"), resolution=OuterRef("pk")
+            ).filter(actor_user_id=OuterRef("declared_by_id"))
+        )
+    ).values("pk", "operation_id", "evented")
+    for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
+        if not row["evented"]:
+            yield Unexplained(
+                "operations.Resolution",
+                row["pk"],
+                f"no resolution_proposed event in {row['operation_id']} by its declarer",
+            )
+
+
+def _resolution_reviews() -> Iterator[Unexplained]:
+    """A confirmation has the ``reconciled`` event it applied, a dispute its
+    ``resolution_disputed`` event, both by the reviewer. A withdrawal has no event of
+    its own (the service writes none): the operation left ``outcome_unknown`` after the
+    proposal, which its stream must show."""
+    stream, resolution = OuterRef("resolution__operation_id"), OuterRef("resolution_id")
+    by_reviewer = Q(actor_user_id=OuterRef("user_id"))
+    rows = ResolutionReview.objects.annotate(
+        confirmed_evented=Exists(
+            _events("reconciled", stream=stream, resolution=resolution).filter(by_reviewer)
+        ),
+        disputed_evented=Exists(
+            _events("resolution_disputed", stream=stream, resolution=resolution).filter(by_reviewer)
+        ),
+        proposed_seq=Subquery(
+            _events("resolution_proposed", stream=stream, resolution=resolution).values("seq")[:1]
+        ),
+        left_unknown=Exists(
+            Event.objects.filter(stream=stream, seq__gt=OuterRef("proposed_seq")).exclude(
+                to_status="outcome_unknown"
+            )
+        ),
+    ).values(
+        "pk",
+        "resolution_id",
+        "decision",
+        "confirmed_evented",
+        "disputed_evented",
+        "left_unknown",
+    )
+    Review = ResolutionReview.Decision
+    explained_by = {
+        Review.CONFIRMED: ("confirmed_evented", "no reconciled event by the reviewer applied it"),
+        Review.DISPUTED: (
+            "disputed_evented",
+            "no resolution_disputed event by the reviewer records it",
+        ),
+        Review.WITHDRAWN: (
+            "left_unknown",
+            "it is withdrawn, but no event after the proposal took the operation out of "
+            "outcome_unknown",
+        ),
+    }
+    for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
+        column, problem = explained_by.get(
+            row["decision"], ("", f"unknown decision {row['decision']!r}")
+        )
+        if not row.get(column):
+            yield Unexplained(
+                "operations.ResolutionReview",
+                str(row["pk"]),
+                f"review of {row['resolution_id']}: {problem}",
+            )
+
+
+def _recomputed_intent(row: dict[str, Any]) -> str | None:
+    """The intent hash of the operation's stored arguments, or None when they cannot be
+    canonicalized any more (a float past 2**53 comes back from jsonb as an integer that
+    RFC 8785 refuses): then only the comparison with the registered event holds."""
+    try:
+        return intent_hash(
+            tool=row["tool_id"], arguments=row["arguments"], principal=row["principal"]
+        )
+    except ValueError:
+        return None
+
+
+def _jump(stream: str, seq: int) -> str:
+    """What the first event that does not start where its predecessor ended says."""
+    event = Event.objects.filter(stream=stream, seq=seq).values("kind", "from_status").get()
+    before = Event.objects.filter(stream=stream, seq=seq - 1).values_list("to_status", flat=True)
+    return (
+        f"its event seq {seq} ({event['kind']}) starts from {event['from_status']}, but the "
+        f"event before it left {before.first()}"
+    )
+
+
+def _operations() -> Iterator[Unexplained]:
+    """Every operation's stream starts with its ``registered`` event, which names the
+    operation's tool, version, key and intent; its intent hash is that of its arguments;
+    each event starts from the status the previous one left, and the operation's status
+    is the ``to`` of its stream's last event (every event of an operation carries the
+    status it left: a transition's target, or the unchanged status of a heartbeat, probe
+    or note); it has one ``claimed`` event per attempt."""
+    events = Event.objects.filter(stream=OuterRef("pk"))
+    # An event that starts from another status than the one its predecessor left: the
+    # status was changed in between by something that wrote no event.
+    jumps = (
+        events.filter(seq__gt=1)
+        .annotate(
+            before=Subquery(
+                Event.objects.filter(stream=OuterRef("stream"), seq=OuterRef("seq") - 1).values(
+                    "to_status"
+                )[:1]
+            )
+        )
+        .exclude(from_status=F("before"))
+    )
+    rows = Operation.objects.annotate(
+        first_kind=Subquery(events.filter(seq=1).values("kind")[:1]),
+        registered=_first_data(events.filter(seq=1, kind="registered")),
+        last_to=Subquery(events.order_by("-seq").values("to_status")[:1]),
+        claims=_Count(events.filter(kind="claimed").values("pk")),
+        jump_seq=Subquery(jumps.order_by("seq").values("seq")[:1]),
+    ).values(
+        "pk",
+        "status",
+        "attempts",
+        "tool_id",
+        "tool_version__number",
+        "operation_key",
+        "intent_hash",
+        "arguments",
+        "principal",
+        "first_kind",
+        "registered",
+        "last_to",
+        "claims",
+        "jump_seq",
+    )
+    for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
+        registered = row["registered"] or {}
+        recorded = {
+            "tool": row["tool_id"],
+            "tool_version": row["tool_version__number"],
+            "operation_key": row["operation_key"],
+            "intent_hash": row["intent_hash"],
+        }
+        differs = [key for key, value in recorded.items() if registered.get(key) != value]
+        recomputed = _recomputed_intent(row)
+        problem = None
+        if row["last_to"] is None:
+            problem = "it has no event at all, not even registered"
+        elif row["first_kind"] != "registered":
+            problem = f"its stream starts with {row['first_kind']}, not registered"
+        elif differs:
+            problem = f"its {', '.join(differs)} differ from its registered event"
+        elif recomputed is not None and recomputed != row["intent_hash"]:
+            problem = "its intent_hash is not the hash of its arguments and principal"
+        elif row["jump_seq"] is not None:
+            problem = _jump(row["pk"], row["jump_seq"])
+        elif row["status"] != row["last_to"]:
+            problem = f"its status is {row['status']}, but its last event left it {row['last_to']}"
+        elif row["attempts"] != row["claims"]:
+            problem = f"it counts {row['attempts']} attempts, but {row['claims']} claimed events"
+        if problem:
+            yield Unexplained("operations.Operation", row["pk"], problem)
+
+
+def _runs() -> Iterator[Unexplained]:
+    """Every run's stream starts with ``run_created``; its status is the last ``to``."""
+    events = Event.objects.filter(stream=OuterRef("pk"))
+    rows = Run.objects.annotate(
+        first_kind=Subquery(events.filter(seq=1).values("kind")[:1]),
+        last_to=Subquery(events.order_by("-seq").values("to_status")[:1]),
+    ).values("pk", "status", "first_kind", "last_to")
+    for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
+        problem = None
+        if row["first_kind"] != "run_created":
+            problem = "its stream does not start with run_created"
+        elif row["status"] != row["last_to"]:
+            problem = f"its status is {row['status']}, but its last event left it {row['last_to']}"
+        if problem:
+            yield Unexplained("operations.Run", row["pk"], problem)
+
+
+def _tools() -> Iterator[Unexplained]:
+    """Every contract version is the one its ``contract_registered`` event hashed, and
+    a tool's active version is the one its last activating event (a registration that
+    activated, or a person's activation) named."""
+    activating = Q(kind="contract_activated") | Q(kind="contract_registered", data__active=True)
+    for tool in (
+        Tool.objects.order_by("pk")
+        .values("pk", "active_version__number")
+        .iterator(chunk_size=CHUNK)
+    ):
+        events = Event.objects.filter(stream=f"tool:{tool['pk']}")
+        registered = {
+            data.get("version"): data.get("contract_hash")
+            for data in events.filter(kind="contract_registered").values_list("data", flat=True)
+        }
+        versions = ToolVersion.objects.filter(tool_id=tool["pk"]).order_by("number")
+        for version in versions.values("pk", "number", "contract", "contract_hash").iterator(
+            chunk_size=CHUNK
+        ):
+            try:
+                recomputed = sha256_hex(version["contract"])
+            except ValueError:  # see _recomputed_intent
+                recomputed = version["contract_hash"]
+            if registered.get(version["number"]) != version["contract_hash"]:
+                problem = "its contract_hash is not the one its contract_registered event holds"
+            elif recomputed != version["contract_hash"]:
+                problem = "its contract is not the one its contract_hash was computed over"
+            else:
+                continue
+            yield Unexplained(
+                "operations.ToolVersion", f"{tool['pk']} v{version['number']}", problem
+            )
+        last = events.filter(activating).order_by("-seq").values_list("data", flat=True).first()
+        named = last.get("version") if last else None
+        if named != tool["active_version__number"]:
+            yield Unexplained(
+                "operations.Tool",
+                tool["pk"],
+                f"its active version is {tool['active_version__number']}, but its last "
+                f"activating event named {named}",
+            )
+
+
+def state_verify() -> Iterator[Unexplained]:
+    """Every state row no event explains: approvals first (what a forger needs to make
+    an operation runnable), then resolutions, operations, runs and tools."""
+    yield from _decisions()
+    yield from _grants()
+    yield from _approval_requests()
+    yield from _resolutions()
+    yield from _resolution_reviews()
+    yield from _operations()
+    yield from _runs()
+    yield from _tools()

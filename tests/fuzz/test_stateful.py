@@ -12,7 +12,8 @@ sweep runs. After each step:
    success), and an attempt in flight belongs to an executing operation;
 3. every transition has its event: each event starts where the previous one ended and
    the operation's status is its last event's ``to``;
-4. every hash chain verifies (``operations.audit.chains_verify``);
+4. every hash chain verifies (``operations.audit.chains_verify``), and every state row
+   follows from the events (``operations.audit.state_verify``);
 5. no request is answered 5xx;
 6. an operation that the original approval rule of ``pay`` matches (an amount above
    500, under whatever field name) never gets an attempt without a grant, however the
@@ -364,6 +365,11 @@ class Ledger(RuleBasedStateMachine):
                     op.arguments,
                     op.tool_version.number,
                 )
+
+    @invariant()
+    def the_ledger_state_follows_from_the_events(self) -> None:
+        unexplained = next(iter(audit.state_verify()), None)
+        assert unexplained is None, unexplained.describe()
 
     @invariant()
     def the_chains_verify(self) -> None:

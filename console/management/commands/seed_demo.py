@@ -558,19 +558,22 @@ class Command(BaseCommand):
     help = "Create demo tools, runs, operations and console users (once)."
 
     def handle(self, *args: Any, **options: Any) -> None:
+        # Not one transaction: the services commit each registration, claim and outcome
+        # on its own (durable transactions), as they do for a real runner. A seed that
+        # stops half-way leaves a demo database to delete (var/), never a wrong ledger.
         with transaction.atomic():
             people = demo_people()
-            if Runner.objects.filter(name=MARKER_RUNNER).exists():
-                grant_permissions(people)
-                self.stdout.write("Demo data exists (runner demo-agent); nothing added.")
-            else:
-                demo = Demo(timezone.now().astimezone(UTC), people)
-                demo.setup()
-                demo.clock.run()
-                self.stdout.write(
-                    f"Demo data created: {Operation.objects.filter(runner=demo.runner).count()} "
-                    "operations over two weeks."
-                )
+        if Runner.objects.filter(name=MARKER_RUNNER).exists():
+            grant_permissions(people)
+            self.stdout.write("Demo data exists (runner demo-agent); nothing added.")
+        else:
+            demo = Demo(timezone.now().astimezone(UTC), people)
+            demo.setup()
+            demo.clock.run()
+            self.stdout.write(
+                f"Demo data created: {Operation.objects.filter(runner=demo.runner).count()} "
+                "operations over two weeks."
+            )
         self.stdout.write("Demo console users (local demo only; these passwords are fixed):")
         for username, (password, role) in PEOPLE.items():
             self.stdout.write(f"  {username:<10} password {password:<15} {role}")

@@ -1,41 +1,137 @@
-"""``python manage.py audit verify``: recompute every event hash chain.
+"""``python manage.py audit``: verify the audit trail, and anchor it elsewhere.
 
-Prints how many events and streams were checked and a digest of the chain heads (keep
-it elsewhere: a later run that prints another digest while no event was appended means
-history was rewritten), then the first break, if any, by stream and seq with what
-differs. Exits 1 when a chain is broken.
+``audit verify``:
+
+1. recomputes every event hash chain and names the first break (stream, seq, what
+   differs); prints how many events and streams were checked;
+2. with ``--expect ANCHOR``, recomputes the chain heads as of the anchor's time and
+   compares them with the anchor kept since (``audit anchor``): a truncated table or a
+   rewritten chain no longer matches, while events appended since do not matter;
+3. checks that the ledger state follows from the events (``audit.state_verify``): the
+   first decision, grant, approval request, resolution, review, operation, run or tool
+   that no event explains is named with what is missing.
+
+Exits 1 when any of these fails. ``audit anchor`` prints an anchor of the chains as
+they stood ``--lag`` seconds ago (default ten minutes, so that transactions still open
+now are not half in it), after checking that every chain verifies.
 """
 
-from django.core.management.base import BaseCommand, CommandError
+from datetime import timedelta
 
-from operations.audit import chains_verify
+from django.core.management.base import BaseCommand, CommandError
+from django.utils import timezone
+
+from operations.audit import Anchor, chains_verify, state_verify
 from operations.models import Event
+
+DEFAULT_LAG_S = 600
+
+
+def _anchor(text: str) -> Anchor:
+    try:
+        return Anchor.parse(text)
+    except ValueError as exc:
+        raise CommandError(f"--expect takes an anchor printed by 'audit anchor': {exc}.") from exc
 
 
 class Command(BaseCommand):
-    help = "Verify the audit trail: recompute every event stream's hash chain."
+    help = "Verify the audit trail (hash chains, anchors, ledger state) or print an anchor."
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
-        verify = sub.add_parser("verify", help="Recompute the hash chains; exit 1 on a break.")
-        verify.add_argument("--stream", help="Only this stream (e.g. op_... or runner:rnr_...).")
+        verify = sub.add_parser(
+            "verify", help="Check the chains, an anchor and the ledger state; exit 1 on a fault."
+        )
+        verify.add_argument("--stream", help="Only this stream's chain (e.g. op_... or run_...).")
         verify.add_argument(
-            "--all", action="store_true", help="List the first break of every broken stream."
+            "--all",
+            action="store_true",
+            help="List every broken stream and every unexplained row, not only the first.",
+        )
+        verify.add_argument(
+            "--expect",
+            metavar="ANCHOR",
+            help="An anchor printed earlier by 'audit anchor' and kept outside the database.",
+        )
+        anchor = sub.add_parser("anchor", help="Print an anchor of the chains to keep elsewhere.")
+        anchor.add_argument(
+            "--lag",
+            type=int,
+            default=DEFAULT_LAG_S,
+            metavar="SECONDS",
+            help="Anchor the chains as they stood this long ago (default %(default)s): "
+            "longer than any transaction that writes events stays open.",
         )
 
     def handle(self, *args, **options):
+        if options["action"] == "anchor":
+            self._anchor(lag_s=options["lag"])
+        else:
+            self._verify(options)
+
+    def _anchor(self, *, lag_s: int) -> None:
+        if lag_s < 0:
+            raise CommandError("--lag cannot be negative.")
+        report = chains_verify(anchor_at=timezone.now() - timedelta(seconds=lag_s))
+        first = report.first_break
+        if first is not None:
+            raise CommandError(
+                f"Not anchoring a broken audit trail: {first.stream} seq {first.seq}. "
+                "Run 'audit verify'."
+            )
+        self.stdout.write(str(report.anchor))
+
+    def _verify(self, options) -> None:
+        expected = _anchor(options["expect"]) if options["expect"] else None
+        if expected is not None and options["stream"]:
+            raise CommandError("--expect covers every stream; it cannot be used with --stream.")
         queryset = Event.objects.all()
         if options["stream"]:
             queryset = queryset.filter(stream=options["stream"])
-        report = chains_verify(queryset, stop_at_first=not options["all"])
+        report = chains_verify(
+            queryset,
+            # An anchor is recomputed over the whole table, not up to the first break.
+            stop_at_first=not options["all"] and expected is None,
+            anchor_at=expected.at if expected is not None else None,
+        )
         self.stdout.write(
             f"Checked {report.events} events in {report.streams} streams; "
             f"heads digest {report.heads_digest}."
         )
-        if report.ok:
-            self.stdout.write("Every chain verifies.")
-            return
-        for found in report.breaks:
-            self.stdout.write(f"BROKEN {found.describe()}")
+        failures = []
         first = report.first_break
-        raise CommandError(f"The audit trail is broken at {first.stream} seq {first.seq}.")
+        if first is None:
+            self.stdout.write("Every chain verifies.")
+        else:
+            for found in report.breaks:
+                self.stdout.write(f"BROKEN {found.describe()}")
+            failures.append(f"The audit trail is broken at {first.stream} seq {first.seq}.")
+
+        if expected is not None and report.anchor is not None:
+            why = expected.compare(report.anchor)
+            if why is None:
+                self.stdout.write(
+                    f"The anchor holds: the {expected.events} events recorded by "
+                    f"{expected.at.isoformat()} are all there, unchanged."
+                )
+            else:
+                self.stdout.write(f"ANCHOR MISMATCH expected {expected}")
+                self.stdout.write(f"               found    {report.anchor}")
+                failures.append(f"The anchor does not hold: {why}.")
+
+        if options["stream"]:
+            self.stdout.write("Ledger state not checked (--stream checks one chain only).")
+        else:
+            first_unexplained = None
+            for unexplained in state_verify():
+                self.stdout.write(f"UNEXPLAINED {unexplained.describe()}")
+                first_unexplained = first_unexplained or unexplained
+                if not options["all"]:
+                    break
+            if first_unexplained is not None:
+                failures.append(f"No event explains {first_unexplained.describe()}.")
+            else:
+                self.stdout.write("Every state row follows from the events.")
+
+        if failures:
+            raise CommandError(" ".join(failures))

@@ -1,0 +1,590 @@
+"""Audit verification beyond the chains: the ledger state follows from the events,
+TRUNCATE is refused, and anchors kept elsewhere reveal a removed or rewritten history.
+
+The forgeries here use only what the application's database credentials allow: plain
+INSERT and UPDATE on tables without triggers, INSERT on the append-only ones.
+"""
+
+import contextlib
+from datetime import timedelta
+from io import StringIO
+
+import pgtrigger
+import pytest
+import time_machine
+from django.apps import apps
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import DatabaseError, connection, transaction
+from django.utils import timezone
+from guardian.shortcuts import assign_perm
+
+from approvals.models import ApprovalRequest, Decision, Grant
+from operations import audit, services
+from operations.errors import NotUnknown
+from operations.models import Event, Operation, Resolution, Run, Tool
+from operations.triggers import APPEND_ONLY_MODELS, trigger_uris, truncate_trigger_uris
+from tests.approvals.conftest import person
+from tests.conftest import contract, make_runner
+
+from .conftest import on_postgresql, postgresql_only
+
+
+def _verify(*args: str) -> tuple[int, str]:
+    out = StringIO()
+    try:
+        call_command("audit", "verify", *args, stdout=out)
+    except CommandError as exc:
+        return 1, out.getvalue() + str(exc)
+    return 0, out.getvalue()
+
+
+def _anchor(*args: str) -> str:
+    out = StringIO()
+    call_command("audit", "anchor", *args, stdout=out)
+    return out.getvalue().strip()
+
+
+def _sql(statement: str, params: list) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(statement, params)
+
+
+@contextlib.contextmanager
+def tampering():
+    """What a database owner could do: bypass every audit trigger (SQLite has none)."""
+    with pgtrigger.ignore(*trigger_uris(), *truncate_trigger_uris()):
+        yield
+
+
+def _unexplained() -> list[str]:
+    return [found.describe() for found in audit.state_verify()]
+
+
+def _decider(tool: str):
+    return person(decide_on=tool)
+
+
+def _reconciler(tool: str):
+    user = person()
+    assign_perm("operations.reconcile_tool", user, Tool.objects.get(pk=tool))
+    return user
+
+
+def _pending(api, tool: str = "pay", **approval) -> dict:
+    api.tool(tool, contract("irreversible", approval={"mode": "always", **approval}))
+    op = api.register(api.run(principal="user:nobody"), tool)
+    assert op["status"] == "awaiting_approval"
+    return op
+
+
+def _decide(op: dict, user, *, approve: bool = True, comment: str = "ok") -> None:
+    services.approval_decide(
+        request_id=op["approval"]["id"], user=user, approve=approve, comment=comment
+    )
+
+
+def _unknown(api, tool: str, effect_class: str = "irreversible") -> Operation:
+    api.tool(tool, contract(effect_class))
+    op = api.register(api.run(), tool)
+    api.claim(op["id"])
+    api.outcome(op["id"], 1, {"kind": "unknown", "code": "timeout_unknown"})
+    return Operation.objects.get(pk=op["id"])
+
+
+def _rich_ledger(api) -> dict[str, str]:
+    """Work in every state the approvals, reconciliation and runs can leave behind,
+    written through the services only."""
+    ids: dict[str, str] = {}
+
+    # Approved, claimed, succeeded.
+    op = _pending(api)
+    approver = _decider("pay")
+    _decide(op, approver)
+    api.claim(op["id"])
+    api.outcome(op["id"], 1, {"kind": "succeeded", "downstream_id": "re_1"})
+    ids["approved"] = op["id"]
+
+    # Rejected with a reason.
+    op = api.register(api.run(principal="user:nobody"), "pay")
+    _decide(op, approver, approve=False, comment="already refunded")
+    ids["rejected"] = op["id"]
+
+    # A quorum of two: one approval, then the run is cancelled and the request withdrawn.
+    op = _pending(api, "pay2", approvals_required=2)
+    _decide(op, _decider("pay2"))
+    operator = person()
+    assign_perm("operations.change_run", operator)
+    services.run_cancel(
+        run=Operation.objects.get(pk=op["id"]).run, actor=services.Actor.of_user(operator)
+    )
+    ids["withdrawn"] = op["id"]
+
+    # Approved, the grant revoked, the claim refused and a new request opened.
+    op = api.register(api.run(principal="user:nobody"), "pay")
+    _decide(op, approver)
+    services.approval_revoke(request_id=op["approval"]["id"], user=approver, reason="fraud")
+    api.claim(op["id"], expect=403)
+    ids["revoked"] = op["id"]
+
+    # Nobody decides: the request expires and the operation is rejected by the sweep.
+    op = _pending(api, "pay3", request_ttl_s=60)
+    with time_machine.travel(timezone.now() + timedelta(seconds=61), tick=False):
+        assert services.sweep().approvals_expired == 1
+    ids["expired"] = op["id"]
+
+    # Unknown; "did not happen" proposed and confirmed by a second person; the new
+    # approval given; the retry succeeds.
+    unknown = _unknown(api, "refund")
+    first, second = _reconciler("refund"), _reconciler("refund")
+    services.operation_resolve(operation=unknown, user=first, result="not_found", note="none")
+    resolution = Resolution.objects.get(operation=unknown)
+    services.operation_resolution_confirm(resolution_id=resolution.id, user=second, confirm=True)
+    request = ApprovalRequest.objects.get(operation=unknown)
+    services.approval_decide(
+        request_id=request.id, user=_decider("refund"), approve=True, comment=""
+    )
+    api.claim(unknown.id)
+    api.outcome(unknown.id, 2, {"kind": "succeeded"})
+    ids["confirmed"] = unknown.id
+
+    # Unknown; a proposal disputed; a note, a snooze; then committed by a person.
+    unknown = _unknown(api, "refund")
+    services.operation_resolve(operation=unknown, user=first, result="not_found", note="none")
+    resolution = Resolution.objects.get(operation=unknown)
+    services.operation_resolution_confirm(
+        resolution_id=resolution.id, user=second, confirm=False, note="the bank says sent"
+    )
+    services.operation_note_add(operation=unknown, user=second, note="asked the bank")
+    services.operation_resolve(
+        operation=unknown,
+        user=second,
+        result="still_unknown",
+        snooze_until=timezone.now() + timedelta(hours=1),
+    )
+    services.operation_resolve(
+        operation=unknown, user=second, result="committed", downstream_id="re_9"
+    )
+    ids["disputed"] = unknown.id
+
+    # Unknown; a proposal pending when the runner's probe answers: the confirmation
+    # comes too late and is recorded as withdrawn.
+    unknown = _unknown(api, "refund")
+    services.operation_resolve(operation=unknown, user=first, result="not_found", note="none")
+    resolution = Resolution.objects.get(operation=unknown)
+    services.operation_reconcile(
+        operation=unknown,
+        result="committed",
+        actor=services.Actor.of_runner(api.runner),
+        downstream_id="re_3",
+    )
+    with pytest.raises(NotUnknown):
+        services.operation_resolution_confirm(
+            resolution_id=resolution.id, user=second, confirm=True
+        )
+    ids["withdrawn_review"] = unknown.id
+
+    # Unknown on an idempotent tool: back to ready with the same key.
+    ids["idempotent_retry"] = _unknown(api, "lookup", "idempotent").id
+
+    # Reconciled by the runner: still_unknown (a probe), then not_found (an
+    # irreversible tool: a new approval).
+    unknown = _unknown(api, "charge")
+    for result in ("still_unknown", "not_found"):
+        services.operation_reconcile(
+            operation=Operation.objects.get(pk=unknown.id),
+            result=result,
+            actor=services.Actor.of_runner(api.runner),
+        )
+    ids["reconciled"] = unknown.id
+
+    # Compensable: unknown, undone.
+    api.tool("email", contract("compensable"))
+    op = api.register(api.run(), "email")
+    api.claim(op["id"])
+    api.outcome(op["id"], 1, {"kind": "unknown"})
+    services.operation_compensate(
+        operation=Operation.objects.get(pk=op["id"]),
+        result="committed",
+        actor=services.Actor.of_runner(api.runner),
+    )
+    ids["compensated"] = op["id"]
+
+    # Failed, retried, heartbeat, succeeded; a lease that expires under the sweep (an
+    # unknown outcome: retried with the same key).
+    api.tool("idem", contract("idempotent"))
+    op = api.register(api.run(), "idem")
+    api.claim(op["id"])
+    api.outcome(op["id"], 1, {"kind": "failed", "code": "rate_limited"})
+    api.claim(op["id"], lease_s=60)
+    api.post(f"/api/v1/operations/{op['id']}/attempts/2/heartbeat", {"lease_s": 60})
+    api.outcome(op["id"], 2, {"kind": "succeeded"})
+    op = api.register(api.run(), "idem")
+    api.claim(op["id"], lease_s=5)
+    with time_machine.travel(timezone.now() + timedelta(seconds=10), tick=False):
+        assert services.sweep().leases_expired == 1
+    ids["lease_expired"] = op["id"]
+
+    # A contract version that weakens the active one, activated by a person.
+    api.tool("pay4", contract("irreversible", approval={"mode": "always"}))
+    weaker = api.tool("pay4", contract("irreversible", approval={"mode": "never"}))
+    admin = person()
+    assign_perm("operations.activate_tool", admin, Tool.objects.get(pk="pay4"))
+    services.tool_version_activate(
+        version=Tool.objects.get(pk="pay4").versions.get(number=weaker["version"]), user=admin
+    )
+    return ids
+
+
+def test_a_rich_clean_ledger_has_no_unexplained_row(api):
+    ids = _rich_ledger(api)
+    statuses = dict(Operation.objects.filter(pk__in=ids.values()).values_list("pk", "status"))
+    assert {name: statuses[op_id] for name, op_id in ids.items()} == {
+        "approved": "succeeded",
+        "rejected": "rejected",
+        "withdrawn": "cancelled",
+        "revoked": "awaiting_approval",
+        "expired": "rejected",
+        "confirmed": "succeeded",
+        "disputed": "succeeded",
+        "withdrawn_review": "succeeded",
+        "idempotent_retry": "ready",
+        "reconciled": "awaiting_approval",
+        "compensated": "compensated",
+        "lease_expired": "ready",
+    }
+    assert set(ApprovalRequest.objects.values_list("status", flat=True)) == {
+        "approved",
+        "rejected",
+        "withdrawn",
+        "revoked",
+        "pending",
+        "expired",
+    }
+    assert set(Resolution.objects.values_list("review__decision", flat=True)) == {
+        "confirmed",
+        "disputed",
+        "withdrawn",
+    }
+    assert _unexplained() == []
+    code, out = _verify()
+    assert code == 0, out
+    assert "Every chain verifies." in out
+    assert "Every state row follows from the events." in out
+
+
+@pytest.mark.slow
+def test_the_demo_ledger_has_no_unexplained_row(db):
+    call_command("seed_demo", stdout=StringIO())
+    assert Operation.objects.count() > 100
+    assert _unexplained() == []
+
+
+# --- forged state -----------------------------------------------------------------------
+
+
+def _forge_approval(op: dict, approver) -> int:
+    """A decision and a grant inserted, the request and the operation updated: what
+    ``approval_decide`` writes, without its events."""
+    now = timezone.now()
+    request = ApprovalRequest.objects.get(pk=op["approval"]["id"])
+    _sql(
+        "INSERT INTO approvals_decision (request_id, user_id, decision, comment, at) "
+        "VALUES (%s, %s, 'approve', '', %s)",
+        [request.pk, approver.pk, now],
+    )
+    _sql(
+        "INSERT INTO approvals_grant (id, request_id, intent_hash, created_at, expires_at, "
+        "revoke_reason) VALUES ('grt_forged', %s, %s, %s, %s, '')",
+        [request.pk, request.intent_hash, now, now + timedelta(hours=1)],
+    )
+    _sql(
+        "UPDATE approvals_approvalrequest SET status = 'approved', decided_at = %s WHERE id = %s",
+        [now, request.pk],
+    )
+    _sql("UPDATE operations_operation SET status = 'ready' WHERE id = %s", [op["id"]])
+    return Decision.objects.get(request=request).pk
+
+
+def test_a_forged_approval_lets_the_claim_through_and_verify_names_the_decision(api):
+    op = _pending(api)
+    decision = _forge_approval(op, _decider("pay"))
+    # The attack works: the runner's claim is accepted on the forged grant.
+    assert api.claim(op["id"])["attempt"] == 1
+    # The chains alone see nothing wrong: every event there is genuine.
+    assert audit.chains_verify().ok
+
+    code, out = _verify()
+    assert code == 1
+    assert "Every chain verifies." in out
+    assert f"UNEXPLAINED approvals.Decision {decision}: no decision event" in out
+    assert f"No event explains approvals.Decision {decision}" in out
+
+    code, out = _verify("--all")
+    assert code == 1
+    assert f"approvals.Grant grt_forged: no granted event in {op['id']}" in out
+    assert (
+        f"approvals.ApprovalRequest {op['approval']['id']}: its status is approved, "
+        "but no event settled it" in out
+    )
+    # The claim's event starts from "ready", which no event had left.
+    assert (
+        f"operations.Operation {op['id']}: its event seq 3 (claimed) starts from ready, "
+        "but the event before it left awaiting_approval" in out
+    )
+
+
+def test_a_status_changed_without_an_event_is_named(api):
+    op = _pending(api)
+    _sql("UPDATE operations_operation SET status = 'ready' WHERE id = %s", [op["id"]])
+    assert _unexplained() == [
+        f"operations.Operation {op['id']}: its status is ready, but its last event left "
+        "it awaiting_approval"
+    ]
+
+
+def test_an_extended_or_unrevoked_grant_is_named(api):
+    op = _pending(api)
+    approver = _decider("pay")
+    _decide(op, approver)
+    grant = Grant.objects.get()
+    _sql(
+        "UPDATE approvals_grant SET expires_at = %s WHERE id = %s",
+        [grant.expires_at + timedelta(days=30), grant.pk],
+    )
+    assert _unexplained()[0].startswith(f"approvals.Grant {grant.pk}: it expires at")
+
+    _sql("UPDATE approvals_grant SET expires_at = %s WHERE id = %s", [grant.expires_at, grant.pk])
+    services.approval_revoke(request_id=op["approval"]["id"], user=approver, reason="fraud")
+    assert _unexplained() == []
+    _sql("UPDATE approvals_grant SET revoked_at = NULL WHERE id = %s", [grant.pk])
+    _sql(
+        "UPDATE approvals_approvalrequest SET status = 'approved' WHERE id = %s",
+        [op["approval"]["id"]],
+    )
+    assert _unexplained() == [
+        f"approvals.Grant {grant.pk}: a grant_revoked event revoked it, but revoked_at is empty",
+        f"approvals.ApprovalRequest {op['approval']['id']}: its status is approved, but its "
+        "last grant_revoked event left it revoked",
+    ]
+
+
+def test_changed_arguments_or_a_reset_attempt_count_are_named(api):
+    api.tool("t", contract("idempotent"))
+    op = api.register(api.run(), "t")
+    api.claim(op["id"])
+    api.outcome(op["id"], 1, {"kind": "failed", "code": "rate_limited"})
+    _sql("UPDATE operations_operation SET attempts = 0 WHERE id = %s", [op["id"]])
+    assert _unexplained() == [
+        f"operations.Operation {op['id']}: it counts 0 attempts, but 1 claimed events"
+    ]
+    _sql(
+        "UPDATE operations_operation SET attempts = 1, arguments = %s WHERE id = %s",
+        ['{"payment_id": "pay_1", "amount_cents": 500000}', op["id"]],
+    )
+    assert _unexplained() == [
+        f"operations.Operation {op['id']}: its intent_hash is not the hash of its "
+        "arguments and principal"
+    ]
+
+
+def test_a_revived_run_and_a_swapped_contract_version_are_named(api):
+    api.tool("pay", contract("irreversible", approval={"mode": "always"}))
+    weaker = api.tool("pay", contract("irreversible", approval={"mode": "never"}))
+    assert Tool.objects.get(pk="pay").active_version.number == 1
+    run = api.run()
+    services.run_cancel(run=Run.objects.get(pk=run), actor=services.Actor.system("test"))
+    _sql("UPDATE operations_run SET status = 'active' WHERE id = %s", [run])
+    _sql(
+        "UPDATE operations_tool SET active_version_id = %s WHERE name = 'pay'",
+        [Tool.objects.get(pk="pay").versions.get(number=weaker["version"]).pk],
+    )
+    assert _unexplained() == [
+        f"operations.Run {run}: its status is active, but its last event left it cancelled",
+        "operations.Tool pay: its active version is 2, but its last activating event named 1",
+    ]
+
+
+def test_a_resolution_inserted_without_its_event_is_named(api):
+    unknown = _unknown(api, "refund")
+    _sql(
+        "INSERT INTO operations_resolution (id, operation_id, declared_by_id, note, evidence, "
+        "created_at) VALUES ('res_forged', %s, %s, 'none', '{}', %s)",
+        [unknown.id, person().pk, timezone.now()],
+    )
+    assert _unexplained() == [
+        f"operations.Resolution res_forged: no resolution_proposed event in {unknown.id} "
+        "by its declarer"
+    ]
+
+
+def _check_foreign_keys_now() -> None:
+    # The test's transaction holds deferred foreign-key checks on the rows it wrote, and
+    # PostgreSQL truncates no table with checks pending (before any trigger fires).
+    _sql("SET CONSTRAINTS ALL IMMEDIATE", [])
+
+
+def _empty_the_events_table() -> None:
+    """What the finding did with TRUNCATE; here past the triggers, as a database owner
+    could (on SQLite, which has none, a plain DELETE)."""
+    if not on_postgresql():
+        _sql("DELETE FROM operations_event", [])
+        return
+    _check_foreign_keys_now()
+    with tampering():
+        _sql("TRUNCATE operations_event", [])
+
+
+def test_an_emptied_events_table_fails_because_operations_are_unexplained(api):
+    api.tool("t", contract("idempotent"))
+    op = api.register(api.run(), "t")
+    _empty_the_events_table()
+    code, out = _verify()
+    assert code == 1
+    assert "Checked 0 events in 0 streams" in out
+    assert "UNEXPLAINED" in out
+    code, out = _verify("--all")
+    assert f"operations.Operation {op['id']}: it has no event at all, not even registered" in out
+
+
+# --- TRUNCATE refused -------------------------------------------------------------------
+
+
+@postgresql_only
+def test_truncate_is_refused_on_every_audit_table(api):
+    _rich_ledger(api)
+    before = {label: apps.get_model(label).objects.count() for label in APPEND_ONLY_MODELS}
+    assert all(before.values())
+    tables = [apps.get_model(label)._meta.db_table for label in APPEND_ONLY_MODELS]
+    _check_foreign_keys_now()
+    for statement in [
+        # CASCADE: without it PostgreSQL itself refuses to empty a table others refer to
+        # (resolutions, by their reviews) before any trigger has a say.
+        *(f"TRUNCATE {table} CASCADE" for table in tables),
+        # Emptying what they refer to reaches them through CASCADE, and is refused too.
+        "TRUNCATE operations_operation CASCADE",
+        "TRUNCATE approvals_approvalrequest CASCADE",
+    ]:
+        with (
+            pytest.raises(DatabaseError, match="pgtrigger: Cannot truncate"),
+            transaction.atomic(),
+        ):
+            _sql(statement, [])
+    assert {label: apps.get_model(label).objects.count() for label in APPEND_ONLY_MODELS} == (
+        before
+    )
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_flush_still_empties_the_database_and_the_triggers_stay():
+    """The test runner flushes between transactional tests (this one included)."""
+    _pending(make_runner())
+    call_command("flush", interactive=False, verbosity=0)
+    assert not Event.objects.exists()
+    assert not Operation.objects.exists()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'pgtrigger_no_trunc%%'")
+        assert cursor.fetchone()[0] == len(APPEND_ONLY_MODELS)
+    with pytest.raises(DatabaseError, match="Cannot truncate"), transaction.atomic():
+        _sql("TRUNCATE operations_event", [])
+
+
+# --- anchors ----------------------------------------------------------------------------
+
+
+def _history(api, tool: str = "t") -> str:
+    api.tool(tool, contract("idempotent"))
+    op = api.register(api.run(), tool)
+    api.claim(op["id"])
+    api.outcome(op["id"], 1, {"kind": "failed", "code": "rate_limited"})
+    return op["id"]
+
+
+def test_an_anchor_still_holds_after_more_events_are_appended(api):
+    first = _history(api)
+    anchor = _anchor("--lag", "0")
+    parsed = audit.Anchor.parse(anchor)
+    assert (parsed.events, parsed.streams) == (
+        Event.objects.count(),
+        Event.objects.values("stream").distinct().count(),
+    )
+    with time_machine.travel(timezone.now() + timedelta(minutes=1)):
+        api.claim(first)
+        api.outcome(first, 2, {"kind": "succeeded"})
+        _history(api, "t2")
+    code, out = _verify("--expect", anchor)
+    assert code == 0, out
+    assert f"The anchor holds: the {parsed.events} events recorded by" in out
+
+
+def test_an_anchor_reveals_a_rewritten_chain(api):
+    op = _history(api)
+    _history(api, "t2")
+    anchor = _anchor("--lag", "0")
+    prev = services.GENESIS_HASH
+    with tampering():
+        for event in Event.objects.filter(stream=op).order_by("seq"):
+            event.actor = "user:mallory"
+            event.prev_hash = prev
+            event.hash = services.event_hash(event)
+            Event.objects.filter(pk=event.pk).update(
+                actor=event.actor, prev_hash=event.prev_hash, hash=event.hash
+            )
+            prev = event.hash
+    assert audit.chains_verify().ok
+    assert _unexplained() == []
+    code, out = _verify("--expect", anchor)
+    assert code == 1
+    assert "Every chain verifies." in out
+    assert f"ANCHOR MISMATCH expected {anchor}" in out
+    assert "a chain was rewritten" in out
+
+
+def test_an_anchor_reveals_an_emptied_table_and_a_backdated_event(api):
+    op = _history(api)
+    anchor = _anchor("--lag", "0")
+    parsed = audit.Anchor.parse(anchor)
+
+    last = Event.objects.filter(stream=op).order_by("-seq").first()
+    forged = Event(
+        stream=op,
+        seq=last.seq + 1,
+        kind="note",
+        operation_id=op,
+        from_status=last.to_status,
+        to_status=last.to_status,
+        actor="user:mallory",
+        at=last.at,
+        data={"note": "backdated"},
+        prev_hash=last.hash,
+    )
+    forged.hash = services.event_hash(forged)
+    forged.save()
+    code, out = _verify("--expect", anchor)
+    assert code == 1
+    assert "1 events dated by then were added after the anchor was taken" in out
+
+    _empty_the_events_table()
+    code, out = _verify("--expect", anchor)
+    assert code == 1
+    assert f"{parsed.events} of the {parsed.events} events recorded by then are missing" in out
+
+
+def test_anchor_refuses_a_broken_trail_and_verify_refuses_a_malformed_anchor(api):
+    op = _history(api)
+    code, out = _verify("--expect", "eg-anchor-v1,at=yesterday")
+    assert code == 1
+    assert "--expect takes an anchor printed by 'audit anchor'" in out
+    with tampering():
+        Event.objects.filter(stream=op, seq=2).update(kind="forged")
+    with pytest.raises(CommandError, match="Not anchoring a broken audit trail"):
+        _anchor()
+
+
+def test_the_lag_keeps_recent_events_out_of_the_anchor(api):
+    _history(api)
+    with time_machine.travel(timezone.now() + timedelta(seconds=30)):
+        parsed = audit.Anchor.parse(_anchor("--lag", "600"))
+    assert (parsed.events, parsed.streams) == (0, 0)
+    assert str(audit.Anchor.parse(str(parsed))) == str(parsed)
