@@ -12,7 +12,6 @@ from operations.errors import InvalidContract
 from operations.models import Event, Operation, Tool, ToolVersion
 from operations.probes import probe_due
 from tests.conftest import contract
-from tests.support.lookup_server import LookupServer
 
 
 def _lookup(url: str) -> dict:
@@ -69,16 +68,6 @@ def test_a_format_spec_in_a_lookup_url_is_422_and_nothing_is_stored(api):
     assert response.json()["code"] == "invalid_contract"
     assert response.json()["errors"][0]["path"] == "/reconcile/url"
     assert not Tool.objects.filter(pk="refund").exists()
-
-
-@pytest.fixture
-def lookup_server(settings):
-    server = LookupServer()
-    settings.RECONCILE_ALLOWED_HOSTS = ["127.0.0.1"]
-    settings.RECONCILE_PROBE_TIMEOUT_S = 0.5
-    settings.RECONCILE_FIRST_PROBE_DELAY_S = 0
-    yield server
-    server.close()
 
 
 def _unknown(api, tool: str, url: str) -> dict:

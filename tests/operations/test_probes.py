@@ -12,17 +12,6 @@ from operations.egress import HostPolicy
 from operations.models import Event, Operation
 from operations.probes import probe_due
 from tests.conftest import contract
-from tests.support.lookup_server import LookupServer
-
-
-@pytest.fixture
-def lookup_server(settings):
-    server = LookupServer()
-    settings.RECONCILE_ALLOWED_HOSTS = ["127.0.0.1"]
-    settings.RECONCILE_PROBE_TIMEOUT_S = 0.5
-    settings.RECONCILE_FIRST_PROBE_DELAY_S = 0
-    yield server
-    server.close()
 
 
 def _unknown(api, template, max_probes=10):

@@ -1,8 +1,11 @@
 """Fixtures for the security tests: PostgreSQL-only markers, ledger row counts."""
 
+from io import StringIO
+
 import pytest
 from django.apps import apps
 from django.conf import settings
+from django.core.management import CommandError, call_command
 from django.db import connection
 
 # The tables a refused request must leave untouched.
@@ -54,6 +57,16 @@ postgresql_only = pytest.mark.skipif(
     reason="needs PostgreSQL: the append-only triggers exist only there (SQLite, the local "
     "mode, has none); CI runs the suite on PostgreSQL",
 )
+
+
+def audit_verify(*args: str) -> tuple[int, str]:
+    """``manage.py audit verify`` with ``args``: its exit status and what it printed."""
+    out = StringIO()
+    try:
+        call_command("audit", "verify", *args, stdout=out)
+    except CommandError as exc:
+        return 1, out.getvalue() + str(exc)
+    return 0, out.getvalue()
 
 
 # The console's small world (two tools, operations of each) for pages to render.

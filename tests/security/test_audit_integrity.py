@@ -1,12 +1,9 @@
 """Audit integrity: append-only tables (PostgreSQL triggers) and verifiable hash chains."""
 
 import contextlib
-from io import StringIO
 
 import pgtrigger
 import pytest
-from django.core.management import call_command
-from django.core.management.base import CommandError
 from django.db import DatabaseError, connection, transaction
 from guardian.shortcuts import assign_perm
 
@@ -18,7 +15,7 @@ from operations.triggers import APPEND_ONLY_MODELS, trigger_uris
 from tests.approvals.conftest import person
 from tests.conftest import contract
 
-from .conftest import postgresql_only
+from .conftest import audit_verify, postgresql_only
 
 
 @contextlib.contextmanager
@@ -42,22 +39,13 @@ def _history(api) -> Operation:
     return Operation.objects.get(pk=op["id"])
 
 
-def _verify_command(*args: str) -> tuple[int, str]:
-    out = StringIO()
-    try:
-        call_command("audit", "verify", *args, stdout=out)
-    except CommandError as exc:
-        return 1, out.getvalue() + str(exc)
-    return 0, out.getvalue()
-
-
 def test_an_untouched_ledger_verifies(api):
     op = _history(api)
     report = audit.chains_verify()
     assert report.ok, report.breaks
     assert report.events == Event.objects.count()
     assert report.streams == Event.objects.values("stream").distinct().count()
-    code, out = _verify_command()
+    code, out = audit_verify()
     assert code == 0
     assert "Every chain verifies" in out
     assert f"Checked {report.events} events in {report.streams} streams" in out
@@ -82,7 +70,7 @@ def test_a_changed_field_is_named_by_stream_and_seq(api):
     assert (found.stream, found.seq, found.event_id) == (op.id, 3, target.pk)
     assert "hash does not match the event's fields" in found.problem
     assert found.found == target.hash
-    code, out = _verify_command()
+    code, out = audit_verify()
     assert code == 1
     assert f"BROKEN stream {op.id} seq 3" in out
 
@@ -157,10 +145,10 @@ def test_all_lists_one_break_per_broken_stream(api):
     assert sorted((b.stream, b.seq) for b in report.breaks) == sorted(
         [(first.id, 2), (second.id, 4)]
     )
-    code, out = _verify_command("--all")
+    code, out = audit_verify("--all")
     assert code == 1
     assert out.count("BROKEN") == 2
-    code, out = _verify_command("--stream", first.id)
+    code, out = audit_verify("--stream", first.id)
     assert code == 1
     assert f"stream {first.id} seq 2" in out
 

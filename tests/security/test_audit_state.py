@@ -27,16 +27,7 @@ from operations.triggers import APPEND_ONLY_MODELS, trigger_uris, truncate_trigg
 from tests.approvals.conftest import person
 from tests.conftest import contract, make_runner
 
-from .conftest import on_postgresql, postgresql_only
-
-
-def _verify(*args: str) -> tuple[int, str]:
-    out = StringIO()
-    try:
-        call_command("audit", "verify", *args, stdout=out)
-    except CommandError as exc:
-        return 1, out.getvalue() + str(exc)
-    return 0, out.getvalue()
+from .conftest import audit_verify, on_postgresql, postgresql_only
 
 
 def _anchor(*args: str) -> str:
@@ -267,7 +258,7 @@ def test_a_rich_clean_ledger_has_no_unexplained_row(api):
         "withdrawn",
     }
     assert _unexplained() == []
-    code, out = _verify()
+    code, out = audit_verify()
     assert code == 0, out
     assert "Every chain verifies." in out
     assert "Every state row follows from the events." in out
@@ -314,13 +305,13 @@ def test_a_forged_approval_lets_the_claim_through_and_verify_names_the_decision(
     # The chains alone see nothing wrong: every event there is genuine.
     assert audit.chains_verify().ok
 
-    code, out = _verify()
+    code, out = audit_verify()
     assert code == 1
     assert "Every chain verifies." in out
     assert f"UNEXPLAINED approvals.Decision {decision}: no decision event" in out
     assert f"No event explains approvals.Decision {decision}" in out
 
-    code, out = _verify("--all")
+    code, out = audit_verify("--all")
     assert code == 1
     assert f"approvals.Grant grt_forged: no granted event in {op['id']}" in out
     assert (
@@ -439,11 +430,11 @@ def test_an_emptied_events_table_fails_because_operations_are_unexplained(api):
     api.tool("t", contract("idempotent"))
     op = api.register(api.run(), "t")
     _empty_the_events_table()
-    code, out = _verify()
+    code, out = audit_verify()
     assert code == 1
     assert "Checked 0 events in 0 streams" in out
     assert "UNEXPLAINED" in out
-    code, out = _verify("--all")
+    code, out = audit_verify("--all")
     assert f"operations.Operation {op['id']}: it has no event at all, not even registered" in out
 
 
@@ -513,7 +504,7 @@ def test_an_anchor_still_holds_after_more_events_are_appended(api):
         api.claim(first)
         api.outcome(first, 2, {"kind": "succeeded"})
         _history(api, "t2")
-    code, out = _verify("--expect", anchor)
+    code, out = audit_verify("--expect", anchor)
     assert code == 0, out
     assert f"The anchor holds: the {parsed.events} events recorded by" in out
 
@@ -534,7 +525,7 @@ def test_an_anchor_reveals_a_rewritten_chain(api):
             prev = event.hash
     assert audit.chains_verify().ok
     assert _unexplained() == []
-    code, out = _verify("--expect", anchor)
+    code, out = audit_verify("--expect", anchor)
     assert code == 1
     assert "Every chain verifies." in out
     assert f"ANCHOR MISMATCH expected {anchor}" in out
@@ -561,19 +552,19 @@ def test_an_anchor_reveals_an_emptied_table_and_a_backdated_event(api):
     )
     forged.hash = services.event_hash(forged)
     forged.save()
-    code, out = _verify("--expect", anchor)
+    code, out = audit_verify("--expect", anchor)
     assert code == 1
     assert "1 events dated by then were added after the anchor was taken" in out
 
     _empty_the_events_table()
-    code, out = _verify("--expect", anchor)
+    code, out = audit_verify("--expect", anchor)
     assert code == 1
     assert f"{parsed.events} of the {parsed.events} events recorded by then are missing" in out
 
 
 def test_anchor_refuses_a_broken_trail_and_verify_refuses_a_malformed_anchor(api):
     op = _history(api)
-    code, out = _verify("--expect", "eg-anchor-v1,at=yesterday")
+    code, out = audit_verify("--expect", "eg-anchor-v1,at=yesterday")
     assert code == 1
     assert "--expect takes an anchor printed by 'audit anchor'" in out
     with tampering():
