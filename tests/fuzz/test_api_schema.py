@@ -96,9 +96,10 @@ def filter_query(context, query):
 
 # Where the server validates beyond what the document's schemas say (a contract's
 # consistency, arguments against the tool's own schema, event patterns that must match
-# an event, a failed outcome's code), a schema-valid body may rightly be refused with
-# 400 or 422.
+# an event, a failed outcome's code, a principal holding characters that hide), a
+# schema-valid body may rightly be refused with 400 or 422.
 SEMANTIC = {
+    ("POST", "/api/v1/runs"),
     ("PUT", "/api/v1/tools/{name}"),
     ("POST", "/api/v1/operations"),
     ("POST", "/api/v1/webhook-endpoints"),
