@@ -1,0 +1,42 @@
+"""Verifying the audit trail: the hash chains, the ledger state they explain, anchors.
+
+1. ``chains_verify``: every event stream's hash chain, recomputed. Each event stores the
+   hash of its stream's previous event (``prev_hash``) and a hash over its own fields
+   and that link (``services.event_hash``). Rewriting an event's fields, deleting one,
+   inserting one or reordering them breaks the chain at that point. Events are read in
+   (stream, seq) order through a database cursor, one chunk at a time, keeping only the
+   current stream's last hash: memory stays bounded whatever the size of the table.
+2. ``state_verify``: the rows that decide what may run (decisions, grants, approval
+   requests, resolutions and their reviews, operations, runs, tools) follow from the
+   events. Every transition writes its event beside the row it changes, in the same
+   transaction; a row no event explains was written around the services, e.g. by SQL
+   sent with the application's credentials. Each model is read in primary-key order,
+   in chunks, with the events it needs looked up by correlated subqueries.
+3. ``Anchor``: the chain heads as of a time, as a short string kept outside the
+   database. A later pass recomputes the heads as of the same time; a truncated table
+   or a rewritten chain no longer gives the same string, while events appended since
+   do not change it.
+
+The management command ``audit`` runs these (``audit verify``, ``audit anchor``).
+"""
+
+from .chains import (
+    ANCHOR_PREFIX,
+    Anchor,
+    ChainBreak,
+    ChainReport,
+    chains_verify,
+    chains_verify_rows,
+)
+from .state import Unexplained, state_verify
+
+__all__ = [
+    "ANCHOR_PREFIX",
+    "Anchor",
+    "ChainBreak",
+    "ChainReport",
+    "Unexplained",
+    "chains_verify",
+    "chains_verify_rows",
+    "state_verify",
+]
