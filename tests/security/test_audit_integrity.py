@@ -55,7 +55,7 @@ def test_an_untouched_ledger_verifies(api):
 def test_verification_streams_in_chunks_across_streams(api, monkeypatch):
     _history(api)
     _history(api)
-    monkeypatch.setattr(audit, "CHUNK", 2)
+    monkeypatch.setattr(audit.chains, "CHUNK", 2)
     assert audit.chains_verify().ok
 
 
