@@ -193,6 +193,11 @@ STORAGES = {
 }
 WHITENOISE_USE_FINDERS = DEBUG
 
+# Each process remembers authenticated runner tokens this many seconds (0: never), so a
+# request costs no token lookup; a revocation still takes effect on every process's next
+# request (operations/tokencache.py). PostgreSQL only: on SQLite every request looks up.
+RUNNER_TOKEN_CACHE_S = float(os.environ.get("RUNNER_TOKEN_CACHE_S", "30"))
+
 # Request bodies larger than this are refused with 413 before they are parsed.
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("MAX_REQUEST_BYTES", str(1024 * 1024)))
 

@@ -5,11 +5,13 @@ import secrets
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
-from .. import access, errors
+from .. import access, errors, tokencache
 from ..models import (
     Runner,
     RunnerToken,
@@ -20,6 +22,7 @@ from .core import (
 )
 
 TOKEN_PREFIX = "egr_"  # noqa: S105 (a recognisable prefix, not a secret)
+LAST_USE_EVERY = timedelta(minutes=1)
 
 
 def _token_hash(token: str) -> str:
@@ -96,6 +99,8 @@ def token_create(
 
 
 def token_revoke(*, token: RunnerToken, actor: Actor) -> RunnerToken:
+    """Revoke a token. Every process refuses it from the next request on: the update
+    moves the token generation (a trigger, migration 0005) in this transaction."""
     with transaction.atomic():
         Runner.objects.select_for_update().get(pk=token.runner_id)
         changed = RunnerToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(
@@ -113,16 +118,40 @@ def token_revoke(*, token: RunnerToken, actor: Actor) -> RunnerToken:
 
 
 def token_authenticate(raw: str) -> tuple[Runner, RunnerToken] | None:
-    """The runner a bearer token belongs to, if the token is valid now."""
-    token = RunnerToken.objects.select_related("runner").filter(token_hash=_token_hash(raw)).first()
+    """The runner a bearer token belongs to, if the token is valid now.
+
+    With the token cache on (``RUNNER_TOKEN_CACHE_S``, PostgreSQL), a token read in the
+    last seconds costs one trivial read (the token generation) instead of the lookup;
+    operations/tokencache.py says why a revoked token is still refused at once.
+    """
+    key = _token_hash(raw)
+    generation = tokencache.generation_read() if tokencache.enabled() else None
+    token = None
+    if generation is not None:
+        token = tokencache.tokens.get(key, generation=generation, ttl=settings.RUNNER_TOKEN_CACHE_S)
+    if token is None:
+        token = RunnerToken.objects.select_related("runner").filter(token_hash=key).first()
+        if token is None:
+            return None
+        if generation is not None:
+            # Stored under the generation read before the row: if anything changed in
+            # between, the entry is already stale and never used.
+            tokencache.tokens.put(key, token, generation=generation)
     now = timezone.now()
-    if token is None or token.revoked_at is not None or not token.runner.is_active:
+    if token.revoked_at is not None or not token.runner.is_active:
         return None
     if token.expires_at is not None and token.expires_at <= now:
         return None
-    # Record use at most once a minute: a write per request would cost more than it tells.
-    if token.last_used_at is None or now - token.last_used_at > timedelta(minutes=1):
-        RunnerToken.objects.filter(pk=token.pk).update(last_used_at=now)
+    # Record use at most once a minute: a write per request would cost more than it
+    # tells. Each process remembers its own last write, so the condition keeps several
+    # processes from writing in the same minute.
+    if token.last_used_at is None or now - token.last_used_at > LAST_USE_EVERY:
+        RunnerToken.objects.filter(pk=token.pk).filter(
+            Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USE_EVERY)
+        ).update(last_used_at=now)
+        token.last_used_at = now
+        if generation is not None:
+            tokencache.tokens.note_use(key, now, generation=generation)
     return token.runner, token
 
 
