@@ -18,8 +18,10 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals.errors import Refusal
-from operations import access, services
-from operations.models import Event, Runner, RunnerToken
+from operations import access, selectors, services
+from operations.models import Runner, RunnerToken
+
+from .common import found
 
 SCOPE_LABELS = {
     RunnerToken.SCOPE_USE_TOOLS: "use tools (runs, operations, attempts, webhooks)",
@@ -63,7 +65,7 @@ def token_state(token: RunnerToken, now) -> str:
 def runners_list(request: HttpRequest) -> HttpResponse:
     _require_admin(request)
     now = timezone.now()
-    runners = Runner.objects.select_related("owner").prefetch_related("tokens").order_by("name")
+    runners = selectors.runners_for_user(request.user)
     rows = [
         {
             "runner": runner,
@@ -96,7 +98,7 @@ def _runner_page(
         "form": form or TokenForm(initial={"scopes": RunnerToken.ALL_SCOPES}),
         "issued": issued,
         "scope_labels": SCOPE_LABELS,
-        "events": list(Event.objects.filter(stream=f"runner:{runner.id}").order_by("-seq")[:50]),
+        "events": selectors.runner_events(runner),
         "nav_section": "console:runners",
     }
     return render(request, "console/runner.html", context, status=status)
@@ -106,7 +108,9 @@ def _runner_page(
 @login_required
 def runner_detail(request: HttpRequest, runner_id: str) -> HttpResponse:
     _require_admin(request)
-    return _runner_page(request, get_object_or_404(Runner, pk=runner_id))
+    return _runner_page(
+        request, found(selectors.runner_get_for_user, user=request.user, runner_id=runner_id)
+    )
 
 
 @never_cache
@@ -120,7 +124,7 @@ def token_issue(request: HttpRequest, runner_id: str) -> HttpResponse:
     ``never_cache`` marks the page ``no-store``.
     """
     _require_admin(request)
-    runner = get_object_or_404(Runner, pk=runner_id)
+    runner = found(selectors.runner_get_for_user, user=request.user, runner_id=runner_id)
     form = TokenForm(request.POST)
     if not form.is_valid():
         return _runner_page(request, runner, form=form, status=400)

@@ -274,6 +274,25 @@ def run_get_for_user(*, user: Any, run_id: str) -> Run:
     return run
 
 
+def runners_for_user(user: Any) -> QuerySet[Runner]:
+    """Runner accounts with their tokens, for people who manage runners; none otherwise."""
+    if not access.may_manage_runners(user):
+        return Runner.objects.none()
+    return Runner.objects.select_related("owner").prefetch_related("tokens").order_by("name")
+
+
+def runner_get_for_user(*, user: Any, runner_id: str) -> Runner:
+    runner = runners_for_user(user).filter(pk=runner_id).first()
+    if runner is None:
+        raise NotFound(f"No runner {runner_id!r}.")
+    return runner
+
+
+def runner_events(runner: Runner, limit: int = 50) -> list[Event]:
+    """The runner's own stream (tokens, endpoints, changes by people), newest first."""
+    return list(Event.objects.filter(stream=f"runner:{runner.id}").order_by("-seq")[:limit])
+
+
 def tools_visible_to_user(user: Any) -> QuerySet[Tool]:
     """Tools whose page a person may open: deciders, reconcilers and activators."""
     return access.tools_for_user(user, [access.DECIDE, access.RECONCILE, access.ACTIVATE])
