@@ -1,0 +1,130 @@
+"""A gunicorn configuration for ``make bench``: count the SQL every request sends.
+
+Loaded with ``gunicorn -c python:bench.gunicorn_conf`` by ``bench.stack.Stack`` when
+asked; the application's code is untouched. After each worker has loaded the Django
+application (``post_worker_init``) it
+
+1. connects to ``connection_created``, so that every database connection a worker
+   thread opens records, for the request running on that thread, each statement that
+   goes through Django's cursors (``connection.execute_wrapper``), the ``BEGIN``
+   psycopg sends when an atomic block turns autocommit off, each ``COMMIT`` and
+   ``ROLLBACK``, and the ``SELECT 1`` of the connection health check
+   (``CONN_HEALTH_CHECKS``), which bypasses Django's cursors;
+2. wraps the WSGI application, so that each response carries the number of statements
+   its request sent (``X-Bench-Statements``) and, when the request names a trace
+   (``X-Bench-Trace: <name>``), the statements themselves go to
+   ``$EFFECTGATE_BENCH_TRACE_DIR/<name>.json``.
+
+Each statement is one round trip to PostgreSQL; ``executemany`` counts as one. The
+cost is a list append per statement, next to milliseconds per request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+STATEMENTS_HEADER = "X-Bench-Statements"
+TRACE_HEADER = "X-Bench-Trace"
+TRACE_DIR_ENV = "EFFECTGATE_BENCH_TRACE_DIR"
+HEALTH_CHECK = "SELECT 1 -- connection health check"
+TRACE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
+
+_current = threading.local()
+
+
+def record(statement: str) -> None:
+    """Note ``statement`` for the request running on this thread, if any."""
+    log = getattr(_current, "log", None)
+    if log is not None:
+        log.append(statement)
+
+
+def _count_execute(execute: Callable, sql: str, params: Any, many: bool, context: Any) -> Any:
+    record(sql)
+    return execute(sql, params, many, context)
+
+
+def instrument(connection: Any) -> None:
+    """Record what ``connection`` (a Django ``DatabaseWrapper``) sends. Idempotent: a
+    wrapper that reconnects sends ``connection_created`` again."""
+    if getattr(connection, "_bench_counted", False):
+        return
+    connection._bench_counted = True
+    connection.execute_wrappers.append(_count_execute)
+    set_autocommit, commit, rollback = (
+        connection._set_autocommit,
+        connection._commit,
+        connection._rollback,
+    )
+    is_usable = connection.is_usable
+
+    def _set_autocommit(autocommit: bool) -> Any:
+        if not autocommit:
+            # psycopg sends BEGIN before the next statement.
+            record("BEGIN")
+        return set_autocommit(autocommit)
+
+    def _commit() -> Any:
+        record("COMMIT")
+        return commit()
+
+    def _rollback() -> Any:
+        record("ROLLBACK")
+        return rollback()
+
+    def _is_usable() -> bool:
+        record(HEALTH_CHECK)
+        return is_usable()
+
+    connection._set_autocommit = _set_autocommit
+    connection._commit = _commit
+    connection._rollback = _rollback
+    connection.is_usable = _is_usable
+
+
+def _on_connection_created(sender: Any, connection: Any, **kwargs: Any) -> None:
+    instrument(connection)
+
+
+def trace_path(directory: str | None, name: str | None) -> Path | None:
+    """Where a request's trace goes: only a plain name, inside the configured folder."""
+    if not directory or not name or not TRACE_NAME.match(name):
+        return None
+    return Path(directory) / f"{name}.json"
+
+
+class CountingApp:
+    """A WSGI application that runs ``app`` and reports the statements it sent."""
+
+    def __init__(self, app: Callable, trace_dir: str | None = None) -> None:
+        self.app = app
+        self.trace_dir = trace_dir
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
+        log: list[str] = []
+        _current.log = log
+
+        def counted_start_response(status: str, headers: list, exc_info: Any = None) -> Any:
+            headers = [*headers, (STATEMENTS_HEADER, str(len(log)))]
+            path = trace_path(self.trace_dir, environ.get("HTTP_X_BENCH_TRACE"))
+            if path is not None:
+                path.write_text(json.dumps(log, indent=1) + "\n")
+            return start_response(status, headers, exc_info)
+
+        try:
+            return self.app(environ, counted_start_response)
+        finally:
+            _current.log = None
+
+
+def post_worker_init(worker: Any) -> None:
+    from django.db.backends.signals import connection_created
+
+    connection_created.connect(_on_connection_created, weak=False)
+    worker.wsgi = CountingApp(worker.wsgi, os.environ.get(TRACE_DIR_ENV))
