@@ -1,6 +1,6 @@
 """``make bench``: what Effectgate costs, measured on this machine in one run.
 
-    python -m bench.bench [--only lifecycle] [--threads 8] [--lifecycles 480]
+    python -m bench.bench [--only lifecycle] [--threads 8] [--lifecycles 320]
                           [--sizes 10000,1000000] [--database effectgate_bench]
 
 a. The lifecycle a runner goes through for every side effect (register with an inline
@@ -303,9 +303,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--threads", type=int, default=8, help="K client threads per lifecycle path"
     )
-    parser.add_argument("--lifecycles", type=int, default=480, help="per lifecycle path")
+    parser.add_argument("--lifecycles", type=int, default=320, help="per lifecycle path")
     parser.add_argument("--parallel-threads", type=int, default=16)
-    parser.add_argument("--parallel-rounds", type=int, default=10)
+    parser.add_argument("--parallel-rounds", type=int, default=8)
     parser.add_argument("--hot-threads", type=int, default=16)
     parser.add_argument("--hot-ops", type=int, default=2)
     parser.add_argument("--hot-rounds", type=int, default=25)

@@ -1,7 +1,7 @@
 """(a) The lifecycle against its essential statements.
 
 One lifecycle is what a runner does for every side effect: register the operation
-and claim its first attempt in the same request, then post the attempt's outcome. Three
+and claim its first attempt in the same request, then post the attempt's outcome. Four
 paths do it on the same database, K client threads each, every thread with a runner,
 a tool and a run of its own (the runner made with ``services.runner_create``, the tool
 and the run through the API):
@@ -10,15 +10,18 @@ and the run through the API):
   (``bench.essential``), over raw psycopg;
 - ``replica``: the statements the service sends, replayed over raw psycopg
   (``bench.lifecycle_sql``): the database's share of the API's cost;
+- ``unprepared``: the same replica without server-side prepared statements, so that
+  PostgreSQL parses and plans every statement, as it does for Django (which binds
+  parameters on the client): what preparing would save;
 - ``api``: the REST API under gunicorn, whose workers count the statements each request
   sends (``bench.gunicorn_conf``).
 
-Each path runs twice, in the order essential, replica, api, api, replica, essential, so
-that a change in the machine's load during the run weighs on all three alike. For each:
-throughput, latency per step, statements per lifecycle, and the CPU time per lifecycle
-of the app (gunicorn's processes), of PostgreSQL (the backends of the bench database)
-and of the client (this process), from ``/proc`` (``bench.procstat``). One traced
-lifecycle of each path gives the statements by name, and the API's beyond the
+Each path runs twice, in the order listed and then in reverse, half the lifecycles each
+time, so that a change in the machine's load during the run weighs on all alike. For
+each: throughput, latency per step, statements per lifecycle, and the CPU time per
+lifecycle of the app (gunicorn's processes), of PostgreSQL (the backends of the bench
+database) and of the client (this process), from ``/proc`` (``bench.procstat``). One
+traced lifecycle of each path gives the statements by name, and the API's beyond the
 essential ones.
 """
 
@@ -49,10 +52,11 @@ from .timing import latency_ms, on_threads
 PRINCIPAL = "user:bench"
 LEASE_S = 30
 WARM_PER_THREAD = 10
-ORDER = ("essential", "replica", "api")
+ORDER = ("essential", "replica", "unprepared", "api")
 STEPS = {
     "essential": ("register", "claim", "outcome"),
     "replica": ("register_claim", "outcome"),
+    "unprepared": ("register_claim", "outcome"),
     "api": ("register_claim", "outcome"),
 }
 
@@ -393,26 +397,36 @@ def lifecycle(
     halves = (per_thread // 2, per_thread - per_thread // 2)
     print(f"(a) lifecycle: seats for {threads} threads on each of three paths", file=sys.stderr)
     seats = {
-        name: make_seats(base_url, count=threads, tag=name, contract=contract) for name in ORDER
+        name: make_seats(base_url, count=threads, tag=name, contract=contract)
+        for name in ("essential", "replica", "api")
     }
+    # Both replicas run as the same runners, one after the other.
+    seats["unprepared"] = seats["replica"]
     essential = [
         EssentialRunner(
             database_url, runner_id=seat.runner_id, runner_name=seat.runner_name, tool=seat.tool
         )
         for seat in seats["essential"]
     ]
-    replica = [
-        SqlRunner(
-            database_url,
-            token_hash=hashlib.sha256(seat.token.encode()).hexdigest(),
-            tool=seat.tool,
-        )
-        for seat in seats["replica"]
-    ]
+    replicas = {
+        name: [
+            SqlRunner(
+                database_url,
+                token_hash=hashlib.sha256(seat.token.encode()).hexdigest(),
+                tool=seat.tool,
+                prepared=name == "replica",
+            )
+            for seat in seats["replica"]
+        ]
+        for name in ("replica", "unprepared")
+    }
     meter = CpuMeter(database_url, gunicorn_pid)
     run = {
         "essential": lambda n, tag: essential_phase(essential, seats["essential"], n, tag),
-        "replica": lambda n, tag: replica_phase(replica, seats["replica"], n, tag),
+        "replica": lambda n, tag: replica_phase(replicas["replica"], seats["replica"], n, tag),
+        "unprepared": lambda n, tag: replica_phase(
+            replicas["unprepared"], seats["unprepared"], n, tag
+        ),
         "api": lambda n, tag: api_phase(base_url, seats["api"], n, tag),
     }
     try:
@@ -422,7 +436,7 @@ def lifecycle(
             run[name](WARM_PER_THREAD, f"warm-{name}")
         traces = {
             "essential": trace_essential(essential[0], seats["essential"][0]),
-            "replica": trace_replica(replica[0], seats["replica"][0]),
+            "replica": trace_replica(replicas["replica"][0], seats["replica"][0]),
             "api": trace_api(base_url, seats["api"][0], trace_dir),
         }
         print(
@@ -439,7 +453,7 @@ def lifecycle(
                 paths[name].add(phase)
     finally:
         meter.close()
-        for sql in (*essential, *replica):
+        for sql in (*essential, *replicas["replica"], *replicas["unprepared"]):
             sql.close()
 
     named = {
@@ -450,7 +464,7 @@ def lifecycle(
     return {
         "threads": threads,
         "lifecycles_per_path": per_thread * threads,
-        "order": "essential, replica, api, then api, replica, essential (half each)",
+        "order": ", ".join(ORDER) + ", then in reverse (half the lifecycles each)",
         "paths": {name: paths[name].report() for name in ORDER},
         "statements": named,
         "api_beyond_essential": beyond(flat["api"], flat["essential"]),
@@ -470,14 +484,14 @@ def table(life: dict[str, Any]) -> list[str]:
     lines = [
         f"(a) lifecycle (register with inline claim -> outcome), {life['lifecycles_per_path']}"
         f" per path, {life['threads']} client threads",
-        f"    {'path':<10}{'lifecycles/s':>13}{'x essential':>13}{'statements':>12}"
+        f"    {'path':<12}{'lifecycles/s':>13}{'x essential':>13}{'statements':>12}"
         f"{'CPU ms per lifecycle: app':>27}{'postgres':>10}{'client':>8}{'total':>8}",
     ]
     for name in ORDER:
         path = paths[name]
         cpu = path["cpu_ms_per_lifecycle"]
         lines.append(
-            f"    {name:<10}{path['lifecycles_s']:>13.1f}"
+            f"    {name:<12}{path['lifecycles_s']:>13.1f}"
             f"{essential_rate / path['lifecycles_s']:>13.2f}"
             f"{path['statements_per_lifecycle']:>12.1f}"
             f"{cpu['app']:>27.2f}{cpu['postgres']:>10.2f}{cpu['client']:>8.2f}{cpu['total']:>8.2f}"
@@ -486,7 +500,7 @@ def table(life: dict[str, Any]) -> list[str]:
     for name in ORDER:
         steps = paths[name]["steps"]
         lines.append(
-            f"      {name:<10}"
+            f"      {name:<12}"
             + "   ".join(
                 f"{step} {values['p50_ms']:.1f} / {values['p99_ms']:.1f}"
                 for step, values in steps.items()

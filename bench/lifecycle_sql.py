@@ -63,8 +63,11 @@ class Statements:
     transaction (BEGIN ... COMMIT) or, nested, a savepoint (SAVEPOINT ... RELEASE).
     """
 
-    def __init__(self, url: str) -> None:
-        self.conn = psycopg.connect(url, autocommit=True)
+    def __init__(self, url: str, *, prepared: bool = True) -> None:
+        # psycopg prepares a statement on the server once it has run it five times;
+        # without that (``prepared=False``) every statement is parsed and planned again,
+        # as with Django, which binds parameters on the client.
+        self.conn = psycopg.connect(url, autocommit=True, prepare_threshold=5 if prepared else None)
         self.backend_pid = self.conn.info.backend_pid
         self.statements = 0
         self.log: list[str] | None = None
@@ -113,8 +116,8 @@ class Statements:
 class SqlRunner(Statements):
     """One runner's requests, replayed as the service's statements."""
 
-    def __init__(self, url: str, *, token_hash: str, tool: str) -> None:
-        super().__init__(url)
+    def __init__(self, url: str, *, token_hash: str, tool: str, prepared: bool = True) -> None:
+        super().__init__(url, prepared=prepared)
         self.token_hash = token_hash
         self.tool = tool
         self.extra_op = missing_not_null_columns(self.conn, "operations_operation", OP_COLUMNS)

@@ -23,7 +23,7 @@ from .timing import latency_ms
 
 
 def parallel_registrations(
-    base_url: str, token: str, tool: str, *, threads: int = 16, rounds: int = 10
+    base_url: str, token: str, tool: str, *, threads: int = 16, rounds: int = 8
 ) -> dict[str, Any]:
     """``threads`` registrations (with an inline claim) released at once by a barrier,
     ``rounds`` times all in one fresh run and ``rounds`` times each in a fresh run of its

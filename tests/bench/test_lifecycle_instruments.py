@@ -287,6 +287,7 @@ def test_headline_and_table_from_a_report():
     paths = {
         "essential": phase(1.0, 200, 12, {"app": 0.0, "postgres": 600.0, "client": 700.0}),
         "replica": phase(2.0, 200, 41, {"app": 0.0, "postgres": 1600.0, "client": 1600.0}),
+        "unprepared": phase(3.0, 200, 41, {"app": 0.0, "postgres": 3600.0, "client": 1600.0}),
         "api": phase(20.0, 200, 41, {"app": 13000.0, "postgres": 3800.0, "client": 3000.0}),
     }
     life = {
@@ -310,7 +311,12 @@ def test_headline_and_table_from_a_report():
 
     assert figures["lifecycle_api_vs_essential"] == 20.0
     assert figures["lifecycle_api_vs_replica"] == 10.0
-    assert figures["statements_per_lifecycle"] == {"essential": 12, "replica": 41, "api": 41}
+    assert figures["statements_per_lifecycle"] == {
+        "essential": 12,
+        "replica": 41,
+        "unprepared": 41,
+        "api": 41,
+    }
     assert figures["cpu_ms_per_lifecycle"]["api"] == {
         "app": 65.0,
         "postgres": 19.0,
