@@ -11,7 +11,9 @@ application (``post_worker_init``) it
    ``ROLLBACK``, and the ``SELECT 1`` of the connection health check
    (``CONN_HEALTH_CHECKS``), which bypasses Django's cursors;
 2. wraps the WSGI application, so that each response carries the number of statements
-   its request sent (``X-Bench-Statements``) and, when the request names a trace
+   its request sent (``X-Bench-Statements``) and the CPU time its thread spent in the
+   Django application until the response began (``X-Bench-App-Cpu-Us``: no HTTP
+   parsing or writing, which gunicorn does around it) and, when the request names a trace
    (``X-Bench-Trace: <name>``), the statements themselves go to
    ``$EFFECTGATE_BENCH_TRACE_DIR/<name>.json``.
 
@@ -25,11 +27,13 @@ import json
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 STATEMENTS_HEADER = "X-Bench-Statements"
+CPU_HEADER = "X-Bench-App-Cpu-Us"
 TRACE_HEADER = "X-Bench-Trace"
 TRACE_DIR_ENV = "EFFECTGATE_BENCH_TRACE_DIR"
 HEALTH_CHECK = "SELECT 1 -- connection health check"
@@ -109,9 +113,11 @@ class CountingApp:
     def __call__(self, environ: dict[str, Any], start_response: Callable) -> Iterable[bytes]:
         log: list[str] = []
         _current.log = log
+        started = time.thread_time_ns()
 
         def counted_start_response(status: str, headers: list, exc_info: Any = None) -> Any:
-            headers = [*headers, (STATEMENTS_HEADER, str(len(log)))]
+            cpu_us = (time.thread_time_ns() - started) // 1000
+            headers = [*headers, (STATEMENTS_HEADER, str(len(log))), (CPU_HEADER, str(cpu_us))]
             path = trace_path(self.trace_dir, environ.get("HTTP_X_BENCH_TRACE"))
             if path is not None:
                 path.write_text(json.dumps(log, indent=1) + "\n")

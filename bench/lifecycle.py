@@ -44,7 +44,7 @@ from effectgate_client import EffectgateClient
 
 from . import procstat
 from .essential import EssentialRunner
-from .gunicorn_conf import STATEMENTS_HEADER, TRACE_HEADER
+from .gunicorn_conf import CPU_HEADER, STATEMENTS_HEADER, TRACE_HEADER
 from .lifecycle_sql import SqlRunner
 from .statements import beyond, labels
 from .timing import latency_ms, on_threads
@@ -159,6 +159,8 @@ class Phase:
     cpu_ms: dict[str, float] = field(default_factory=dict)
     backends_lost: int = 0
     per_lifecycle_statements: dict[int, int] = field(default_factory=dict)
+    # The API only: CPU ms its requests spent inside the Django application, per step.
+    django_cpu_ms: dict[str, float] = field(default_factory=dict)
 
     def add(self, other: Phase) -> None:
         self.wall_s += other.wall_s
@@ -173,6 +175,8 @@ class Phase:
             self.per_lifecycle_statements[count] = (
                 self.per_lifecycle_statements.get(count, 0) + times
             )
+        for step, ms in other.django_cpu_ms.items():
+            self.django_cpu_ms[step] = self.django_cpu_ms.get(step, 0.0) + ms
 
     def report(self) -> dict[str, Any]:
         per = {group: round(ms / self.lifecycles, 2) for group, ms in self.cpu_ms.items()}
@@ -189,6 +193,16 @@ class Phase:
             "cpu_ms": {group: round(ms) for group, ms in self.cpu_ms.items()},
             "cpu_ms_per_lifecycle": per,
             "postgres_backends_lost": self.backends_lost,
+            **(
+                {
+                    "django_cpu_ms_per_request": {
+                        step: round(ms / self.lifecycles, 2)
+                        for step, ms in self.django_cpu_ms.items()
+                    }
+                }
+                if self.django_cpu_ms
+                else {}
+            ),
         }
 
 
@@ -209,6 +223,7 @@ def api_phase(base_url: str, seats: list[Seat], per_thread: int, tag: str) -> Ph
         seat = seats[index]
         steps: dict[str, list[float]] = {"register_claim": [], "outcome": []}
         counts = []
+        django_us: Counter[str] = Counter()
         with httpx.Client(
             base_url=f"{base_url}/api/v1",
             headers={"Authorization": f"Bearer {seat.token}"},
@@ -239,11 +254,17 @@ def api_phase(base_url: str, seats: list[Seat], per_thread: int, tag: str) -> Ph
                 steps["register_claim"].append(t1 - t0)
                 steps["outcome"].append(t2 - t1)
                 counts.append(sum(int(r.headers[STATEMENTS_HEADER]) for r in (registered, done)))
+                for step, response in (("register_claim", registered), ("outcome", done)):
+                    django_us[step] += int(response.headers[CPU_HEADER])
+        django_cpu_us.append(django_us)
         return steps, counts
 
+    django_cpu_us: list[Counter[str]] = []
     started = time.perf_counter()
     per_thread_results = on_threads(len(seats), thread)
-    return _collect(per_thread_results, time.perf_counter() - started)
+    phase = _collect(per_thread_results, time.perf_counter() - started)
+    phase.django_cpu_ms = {step: us / 1000 for step, us in sum(django_cpu_us, Counter()).items()}
+    return phase
 
 
 def essential_phase(
@@ -395,7 +416,7 @@ def lifecycle(
 ) -> dict[str, Any]:
     per_thread = max(2, lifecycles // threads)
     halves = (per_thread // 2, per_thread - per_thread // 2)
-    print(f"(a) lifecycle: seats for {threads} threads on each of three paths", file=sys.stderr)
+    print(f"(a) lifecycle: runners, tools and runs for {threads} threads per path", file=sys.stderr)
     seats = {
         name: make_seats(base_url, count=threads, tag=name, contract=contract)
         for name in ("essential", "replica", "api")
@@ -506,6 +527,14 @@ def table(life: dict[str, Any]) -> list[str]:
                 for step, values in steps.items()
             )
         )
+    django = paths["api"].get("django_cpu_ms_per_request")
+    if django:
+        lines += [
+            "    API CPU ms per request inside the Django app: "
+            + ", ".join(f"{step} {ms:.1f}" for step, ms in django.items()),
+            f"      (gunicorn's processes: {paths['api']['cpu_ms_per_lifecycle']['app']:.1f}"
+            " per lifecycle; the rest is HTTP, the worker's threads, the master)",
+        ]
     if not all(life["replica_matches_api"].values()):
         lines.append(
             "    the replica's statement counts differ from the API's:"

@@ -86,6 +86,7 @@ def test_counter_counts_statements_transactions_and_the_health_check(tmp_path):
 
     assert body == [b"{}"]
     assert headers[gunicorn_conf.STATEMENTS_HEADER] == "5"
+    assert int(headers[gunicorn_conf.CPU_HEADER]) >= 0
     assert json.loads((tmp_path / "step.json").read_text()) == [
         gunicorn_conf.HEALTH_CHECK,
         "SELECT 1 FROM t",
@@ -290,6 +291,7 @@ def test_headline_and_table_from_a_report():
         "unprepared": phase(3.0, 200, 41, {"app": 0.0, "postgres": 3600.0, "client": 1600.0}),
         "api": phase(20.0, 200, 41, {"app": 13000.0, "postgres": 3800.0, "client": 3000.0}),
     }
+    paths["api"].django_cpu_ms = {"register_claim": 4000.0, "outcome": 2000.0}
     life = {
         "threads": 8,
         "lifecycles_per_path": 200,
@@ -325,6 +327,8 @@ def test_headline_and_table_from_a_report():
     }
     assert figures["parallel_in_one_run_vs_spread"] == 1.5
     assert "2 x SELECT 1 (connection health check)" in text
+    assert "inside the Django app: register_claim 20.0, outcome 10.0\n" in text
+    assert "(gunicorn's processes: 65.0 per lifecycle;" in text
     assert "needs an update" not in text
     assert "essential statements the API does not send: BEGIN, COMMIT" in text
     assert "parallel_in_one_run_vs_spread 1.5" in text
