@@ -5,11 +5,11 @@ asked; the application's code is untouched. After each worker has loaded the Dja
 application (``post_worker_init``) it
 
 1. connects to ``connection_created``, so that every database connection a worker
-   thread opens records, for the request running on that thread, each statement that
-   goes through Django's cursors (``connection.execute_wrapper``), the ``BEGIN``
-   psycopg sends when an atomic block turns autocommit off, each ``COMMIT`` and
-   ``ROLLBACK``, and the ``SELECT 1`` of the connection health check
-   (``CONN_HEALTH_CHECKS``), which bypasses Django's cursors;
+   thread opens records, for the request running on that thread, each statement sent
+   through a cursor of its psycopg connection (its ``cursor_factory`` becomes a
+   counting subclass: Django's cursors, and also what bypasses them, such as the
+   connection health check's ``SELECT 1``), the ``BEGIN`` psycopg sends when an atomic
+   block turns autocommit off, and each ``COMMIT`` and ``ROLLBACK``;
 2. wraps the WSGI application, so that each response carries the number of statements
    its request sent (``X-Bench-Statements``) and the CPU time its thread spent in the
    Django application until the response began (``X-Bench-App-Cpu-Us``: no HTTP
@@ -18,7 +18,8 @@ application (``post_worker_init``) it
    ``$EFFECTGATE_BENCH_TRACE_DIR/<name>.json``.
 
 Each statement is one round trip to PostgreSQL; ``executemany`` counts as one. The
-cost is a list append per statement, next to milliseconds per request.
+cost is a list append per statement, next to milliseconds per request. Server-side
+(named) cursors, which Django creates only for ``.iterator()``, are not counted.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ STATEMENTS_HEADER = "X-Bench-Statements"
 CPU_HEADER = "X-Bench-App-Cpu-Us"
 TRACE_HEADER = "X-Bench-Trace"
 TRACE_DIR_ENV = "EFFECTGATE_BENCH_TRACE_DIR"
-HEALTH_CHECK = "SELECT 1 -- connection health check"
 TRACE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,80}$")
 
 _current = threading.local()
@@ -49,24 +49,50 @@ def record(statement: str) -> None:
         log.append(statement)
 
 
-def _count_execute(execute: Callable, sql: str, params: Any, many: bool, context: Any) -> Any:
-    record(sql)
-    return execute(sql, params, many, context)
+def _text(query: Any) -> str:
+    if isinstance(query, bytes):
+        return query.decode()
+    if isinstance(query, str):
+        return query
+    return repr(query)  # a psycopg.sql.Composed: its parts, readable enough
+
+
+_counting: dict[type, type] = {}
+
+
+def counting_cursor(base: type) -> type:
+    """A subclass of the psycopg cursor class ``base`` that records what it executes."""
+    if base not in _counting:
+
+        def execute(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            record(_text(query))
+            return base.execute(self, query, *args, **kwargs)
+
+        def executemany(self: Any, query: Any, *args: Any, **kwargs: Any) -> Any:
+            record(_text(query))
+            return base.executemany(self, query, *args, **kwargs)
+
+        _counting[base] = type(
+            f"Counting{base.__name__}", (base,), {"execute": execute, "executemany": executemany}
+        )
+    return _counting[base]
 
 
 def instrument(connection: Any) -> None:
-    """Record what ``connection`` (a Django ``DatabaseWrapper``) sends. Idempotent: a
-    wrapper that reconnects sends ``connection_created`` again."""
+    """Record what ``connection`` (a Django ``DatabaseWrapper`` that just connected)
+    sends. A wrapper that reconnects sends ``connection_created`` again: its new psycopg
+    connection is instrumented, its own methods only once."""
+    raw = connection.connection
+    if raw.cursor_factory not in _counting.values():
+        raw.cursor_factory = counting_cursor(raw.cursor_factory)
     if getattr(connection, "_bench_counted", False):
         return
     connection._bench_counted = True
-    connection.execute_wrappers.append(_count_execute)
     set_autocommit, commit, rollback = (
         connection._set_autocommit,
         connection._commit,
         connection._rollback,
     )
-    is_usable = connection.is_usable
 
     def _set_autocommit(autocommit: bool) -> Any:
         if not autocommit:
@@ -82,14 +108,9 @@ def instrument(connection: Any) -> None:
         record("ROLLBACK")
         return rollback()
 
-    def _is_usable() -> bool:
-        record(HEALTH_CHECK)
-        return is_usable()
-
     connection._set_autocommit = _set_autocommit
     connection._commit = _commit
     connection._rollback = _rollback
-    connection.is_usable = _is_usable
 
 
 def _on_connection_created(sender: Any, connection: Any, **kwargs: Any) -> None:

@@ -7,8 +7,9 @@ the bench's gunicorn counter, ``bench.gunicorn_conf``; ``make bench`` prints bot
 counts, so a change in the service that the replica misses shows up):
 
 - every request: the connection health check (``SELECT 1``, ``CONN_HEALTH_CHECKS``),
-  the bearer token's lookup; after the commit, the operation and its approval requests
-  for the response body;
+  the bearer token's lookup (with the token cache, where it exists: the token
+  generation's read instead of both); after the commit, the operation and its approval
+  requests for the response body;
 - register and claim: the run, the ``operation_key`` replay check, the tool and its
   active contract, then one transaction: the run's row lock, the principal's user, the
   insert (in a savepoint), the run's tool-call count, the event chain's last hash and
@@ -120,11 +121,23 @@ class SqlRunner(Statements):
         super().__init__(url, prepared=prepared)
         self.token_hash = token_hash
         self.tool = tool
+        # With the per-process token cache (operations/tokencache.py, where its table
+        # exists), a request reads the token generation in place of the health check and
+        # a remembered token needs no lookup: the replica's token is always remembered.
+        self.token_cache = self.conn.execute(
+            "SELECT to_regclass('operations_token_generation') IS NOT NULL"
+        ).fetchone()[0]
+        self.runner_id = self.conn.execute(
+            "SELECT runner_id FROM operations_runnertoken WHERE token_hash = %s", (token_hash,)
+        ).fetchone()[0]
         self.extra_op = missing_not_null_columns(self.conn, "operations_operation", OP_COLUMNS)
         self.extra_event = missing_not_null_columns(self.conn, "operations_event", EVENT_COLUMNS)
 
     def _request(self) -> str:
         """What every request starts with: the health check and the token's lookup."""
+        if self.token_cache:
+            self._x("SELECT value FROM operations_token_generation WHERE id = 1").fetchone()
+            return self.runner_id
         self._x("SELECT 1")
         row = self._x(
             "SELECT t.runner_id, t.*, r.* FROM operations_runnertoken t "

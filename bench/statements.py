@@ -42,6 +42,10 @@ def statement_label(sql: str) -> str:
             return keyword
     if upper in {"BEGIN", "COMMIT", "ROLLBACK"}:
         return upper
+    if upper == "SELECT 1":
+        # Sent bare only by Django's connection health check (CONN_HEALTH_CHECKS), and
+        # by the replica in its place.
+        return "SELECT 1 (connection health check)"
     if match := _INSERT.match(text):
         returning = " RETURNING" if re.search(r"\bRETURNING\b", upper) else ""
         return f"INSERT {match.group(1)}{returning}"
@@ -53,7 +57,7 @@ def statement_label(sql: str) -> str:
     if upper.startswith("SELECT"):
         main = _FROM.search(text)
         if main is None:
-            return re.sub(r"\s*--\s*(.*)$", r" (\1)", text)
+            return text
         joined = _JOIN.findall(text)
         label = f"SELECT {main.group(1)}"
         if joined:

@@ -19,13 +19,36 @@ from bench.statements import beyond, labels, statement_label
 # --- the gunicorn counter ---------------------------------------------------------------------
 
 
+class FakeCursor:
+    def __init__(self, sent):
+        self.sent = sent
+
+    def execute(self, query, params=None):
+        self.sent.append(query)
+        return self
+
+    def executemany(self, query, params_seq):
+        self.sent.append(f"{query} x{len(params_seq)}")
+
+
+class FakePsycopg:
+    """A psycopg connection as far as the counter goes: a cursor factory."""
+
+    def __init__(self, sent):
+        self.sent = sent
+        self.cursor_factory = FakeCursor
+
+    def cursor(self):
+        return self.cursor_factory(self.sent)
+
+
 class FakeConnection:
     """The parts of Django's DatabaseWrapper the counter wraps, noting what reaches the
     database."""
 
     def __init__(self):
-        self.execute_wrappers = []
         self.sent = []
+        self.connection = FakePsycopg(self.sent)
 
     def _set_autocommit(self, autocommit):
         self.sent.append(f"autocommit={autocommit}")
@@ -37,19 +60,15 @@ class FakeConnection:
         self.sent.append("rollback")
 
     def is_usable(self):
-        self.sent.append("health")
+        # As Django's: a cursor of the psycopg connection, bypassing Django's own.
+        self.connection.cursor().execute("SELECT 1")
         return True
 
     def execute(self, sql):
-        def run(wrappers):
-            if not wrappers:
-                self.sent.append(sql)
-                return "rows"
-            return wrappers[0](
-                lambda sql, params, many, context: run(wrappers[1:]), sql, None, False, {}
-            )
+        return self.connection.cursor().execute(sql)
 
-        return run(list(self.execute_wrappers))
+    def reconnect(self):
+        self.connection = FakePsycopg(self.sent)
 
 
 def request_through(app, connection, work, headers=None):
@@ -79,42 +98,51 @@ def test_counter_counts_statements_transactions_and_the_health_check(tmp_path):
         conn.execute("SELECT 1 FROM t")
         conn._set_autocommit(False)
         conn.execute('INSERT INTO "t" VALUES (%s)')
+        conn.connection.cursor().executemany(b"INSERT INTO u VALUES (%s)", [1, 2])
         conn._commit()
         conn._set_autocommit(True)
 
     headers, body = request_through(app, connection, work, {"HTTP_X_BENCH_TRACE": "step"})
 
     assert body == [b"{}"]
-    assert headers[gunicorn_conf.STATEMENTS_HEADER] == "5"
+    assert headers[gunicorn_conf.STATEMENTS_HEADER] == "6"
     assert int(headers[gunicorn_conf.CPU_HEADER]) >= 0
     assert json.loads((tmp_path / "step.json").read_text()) == [
-        gunicorn_conf.HEALTH_CHECK,
+        "SELECT 1",
         "SELECT 1 FROM t",
         "BEGIN",
         'INSERT INTO "t" VALUES (%s)',
+        "INSERT INTO u VALUES (%s)",
         "COMMIT",
     ]
     # What the wrapped connection does is unchanged.
     assert connection.sent == [
-        "health",
+        "SELECT 1",
         "SELECT 1 FROM t",
         "autocommit=False",
         'INSERT INTO "t" VALUES (%s)',
+        "b'INSERT INTO u VALUES (%s)' x2",
         "commit",
         "autocommit=True",
     ]
 
 
-def test_a_reconnecting_wrapper_is_instrumented_once():
+def test_a_reconnecting_wrapper_is_counted_once_on_its_new_connection():
     connection = FakeConnection()
     gunicorn_conf.instrument(connection)
     gunicorn_conf.instrument(connection)
+    connection.reconnect()
+    gunicorn_conf.instrument(connection)
     app = gunicorn_conf.CountingApp(None)
 
-    headers, _ = request_through(app, connection, lambda conn: conn.execute("SELECT 2"))
+    def work(conn):
+        conn._set_autocommit(False)
+        conn.execute("SELECT 2")
+        conn._commit()
 
-    assert len(connection.execute_wrappers) == 1
-    assert headers[gunicorn_conf.STATEMENTS_HEADER] == "1"
+    headers, _ = request_through(app, connection, work)
+
+    assert headers[gunicorn_conf.STATEMENTS_HEADER] == "3"
 
 
 def test_statements_outside_a_request_are_not_counted():
@@ -153,8 +181,8 @@ OPERATION_UPDATE = (
         ('SAVEPOINT "s1407_x4"', "SAVEPOINT"),
         ('RELEASE SAVEPOINT "s1407_x4"', "RELEASE SAVEPOINT"),
         ('ROLLBACK TO SAVEPOINT "s1407_x4"', "ROLLBACK TO SAVEPOINT"),
-        (gunicorn_conf.HEALTH_CHECK, "SELECT 1 (connection health check)"),
-        ("SELECT 1", "SELECT 1"),
+        ("SELECT 1", "SELECT 1 (connection health check)"),
+        ("SELECT value FROM t WHERE id = 1", "SELECT t"),
         (
             'SELECT "operations_run"."id" FROM "operations_run" WHERE "operations_run"."id" = %s '
             "LIMIT 21 FOR UPDATE",
