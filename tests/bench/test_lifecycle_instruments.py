@@ -326,7 +326,9 @@ def test_headline_and_table_from_a_report():
         "paths": {name: p.report() for name, p in paths.items()},
         "api_beyond_essential": ["SELECT 1 (connection health check)"] * 2,
         "essential_beyond_api": ["BEGIN", "COMMIT"],
-        "replica_matches_api": {"register_claim": True, "outcome": True},
+        "usual_statements": {"essential": 12, "replica": 41, "unprepared": 41, "api": 41},
+        "traced_statements": {"essential": 12, "replica": 41, "unprepared": 41, "api": 42},
+        "replica_matches_api": True,
     }
     parallel = {
         "threads": 16,
@@ -358,6 +360,7 @@ def test_headline_and_table_from_a_report():
     assert "inside the Django app: register_claim 20.0, outcome 10.0\n" in text
     assert "(gunicorn's processes: 65.0 per lifecycle;" in text
     assert "needs an update" not in text
+    assert "in the traced lifecycle (42 statements; most sent 41):" in text
     assert "essential statements the API does not send: BEGIN, COMMIT" in text
     assert "parallel_in_one_run_vs_spread 1.5" in text
     assert (
