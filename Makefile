@@ -82,8 +82,10 @@ sweep: $(STAMP)
 
 # The proof (docs/benchmarks.md). chaos: N refunds (default 2000) through a naive runner
 # and through Effectgate under the same seeded faults; PostgreSQL when DATABASE_URL is
-# set (a database of its own, effectgate_chaos), else SQLite. bench: the API against
-# raw SQL, claim contention, intent hashing, pages and sweeps at SIZES (PostgreSQL).
+# set (a database of its own, effectgate_chaos), else SQLite. bench: the lifecycle
+# through the API against its essential statements, claim contention, intent hashing,
+# pages and sweeps at SIZES (PostgreSQL); BENCH_ARGS='--only lifecycle' for the first
+# alone (about a minute).
 .PHONY: chaos bench
 chaos: $(STAMP)
 	$(PY) -m bench.chaos --n $(or $(N),2000) $(CHAOS_ARGS)

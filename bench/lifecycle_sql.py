@@ -1,22 +1,29 @@
-"""The register -> claim -> outcome lifecycle as hand-written SQL over raw psycopg.
+"""The runner's lifecycle as hand-written SQL over raw psycopg: the API's replica.
 
-Each step replicates, statement by statement, what one API request makes the service
-do (captured from ``operations.services`` with Django's query log, Effectgate 0.1):
+A runner registers an operation and claims its first attempt in the same request
+(``"claim": {"lease_s": ...}``), then posts the attempt's outcome. ``SqlRunner`` sends,
+statement by statement, what those two requests make the service send (captured with
+the bench's gunicorn counter, ``bench.gunicorn_conf``; ``make bench`` prints both
+counts, so a change in the service that the replica misses shows up):
 
-- every request: the bearer token's lookup, then the operation (and its approval
-  requests) for the access check and, after the commit, for the response body;
-- register: the run, the ``operation_key`` replay check, the tool and its active
-  contract, then one transaction: the run's row lock, the principal's user, the insert
-  (in a savepoint), the run's tool-call count, the event chain's last hash and the new
-  event, the runner's webhook endpoints (the outbox check);
-- claim: one transaction: the operation's row lock, its latest approval request, the
-  attempt insert and the operation update (in a savepoint), the event, the outbox check;
-- outcome: one transaction: the operation's lock, the attempt's lock, both updates, the
-  event, the outbox check.
+- every request: the connection health check (``SELECT 1``, ``CONN_HEALTH_CHECKS``),
+  the bearer token's lookup (with the token cache, where it exists: the token
+  generation's read instead of both); after the commit, the operation and its approval
+  requests for the response body;
+- register and claim: the run, the ``operation_key`` replay check, the tool and its
+  active contract, then one transaction: the run's row lock, the principal's user, the
+  insert (in a savepoint), the run's tool-call count, the event chain's last hash and
+  the ``registered`` event, the runner's webhook endpoints (the outbox check), the
+  latest approval request, then in a savepoint the attempt insert, the operation
+  update, the ``claimed`` event with its chain read and outbox check;
+- outcome: the operation and its approval requests (the access check), then one
+  transaction: the operation's lock, the attempt's lock, both updates, the event with
+  its chain read, the outbox check.
 
-What it leaves out is what makes the API an API: HTTP, authentication middleware,
-JSON parsing and schema validation, serialization, the contract and state-machine
-code in Python. The ratio of the two is the price of those.
+Django's operation UPDATE sets all 32 columns; the replica's sets those that change,
+which writes the same row version. What the replica leaves out is what makes the API
+an API: HTTP, middleware, authentication, JSON parsing and schema validation,
+serialization, the contract and state-machine code in Python, the ORM.
 """
 
 from __future__ import annotations
@@ -50,50 +57,109 @@ def missing_not_null_columns(conn: psycopg.Connection, table: str, known: set[st
     return {name: empty.get(kind, "") for name, kind in rows if name not in known}
 
 
-class SqlRunner:
-    """One runner's lifecycle steps on one persistent connection."""
+class Statements:
+    """One persistent connection that counts (and, when asked, keeps) what it sends.
 
-    def __init__(self, url: str, *, token_hash: str, tool: str) -> None:
-        # Autocommit, like Django: reads outside a transaction, each step's writes in
-        # one explicit transaction (BEGIN ... COMMIT), savepoints where Django has them.
-        self.conn = psycopg.connect(url, autocommit=True)
-        self.token_hash = token_hash
-        self.tool = tool
+    Autocommit, like Django: reads outside a transaction, writes in an explicit
+    transaction (BEGIN ... COMMIT) or, nested, a savepoint (SAVEPOINT ... RELEASE).
+    """
+
+    def __init__(self, url: str, *, prepared: bool = True) -> None:
+        # psycopg prepares a statement on the server once it has run it five times;
+        # without that (``prepared=False``) every statement is parsed and planned again,
+        # as with Django, which binds parameters on the client.
+        self.conn = psycopg.connect(url, autocommit=True, prepare_threshold=5 if prepared else None)
+        self.backend_pid = self.conn.info.backend_pid
         self.statements = 0
-        self.extra_op = missing_not_null_columns(self.conn, "operations_operation", OP_COLUMNS)
-        self.extra_event = missing_not_null_columns(self.conn, "operations_event", EVENT_COLUMNS)
+        self.log: list[str] | None = None
+        self._depth = 0
 
     def close(self) -> None:
         self.conn.close()
 
-    def _x(self, sql: str, params: Any = None) -> psycopg.Cursor:
+    def _note(self, sql: str) -> None:
         self.statements += 1
+        if self.log is not None:
+            self.log.append(sql)
+
+    def _x(self, sql: str, params: Any = None) -> psycopg.Cursor:
+        self._note(sql)
         return self.conn.execute(sql, params)
 
-    def _transaction(self) -> psycopg.Transaction:
+    def _transaction(self) -> Any:
         """BEGIN/COMMIT, or SAVEPOINT/RELEASE when nested: two statements either way."""
-        self.statements += 2
-        return self.conn.transaction()
+        runner = self
 
-    def _authenticate(self) -> str:
+        class _Block:
+            def __enter__(self) -> None:
+                runner._depth += 1
+                runner._note("BEGIN" if runner._depth == 1 else "SAVEPOINT")
+                self.inner = runner.conn.transaction()
+                self.inner.__enter__()
+
+            def __exit__(self, *exc_info: Any) -> None:
+                runner._note("COMMIT" if runner._depth == 1 else "RELEASE SAVEPOINT")
+                runner._depth -= 1
+                self.inner.__exit__(*exc_info)
+
+        return _Block()
+
+    def _insert(self, table: str, columns: dict[str, Any], returning: str = "") -> psycopg.Cursor:
+        names = ", ".join(columns)
+        marks = ", ".join(["%s"] * len(columns))
+        tail = f" RETURNING {returning}" if returning else ""
+        return self._x(
+            f"INSERT INTO {table} ({names}) VALUES ({marks}){tail}",  # noqa: S608
+            list(columns.values()),
+        )
+
+
+class SqlRunner(Statements):
+    """One runner's requests, replayed as the service's statements."""
+
+    def __init__(self, url: str, *, token_hash: str, tool: str, prepared: bool = True) -> None:
+        super().__init__(url, prepared=prepared)
+        self.token_hash = token_hash
+        self.tool = tool
+        # With the per-process token cache (operations/tokencache.py, where its table
+        # exists), a request reads the token generation in place of the health check and
+        # a remembered token needs no lookup: the replica's token is always remembered.
+        self.token_cache = self.conn.execute(
+            "SELECT to_regclass('operations_token_generation') IS NOT NULL"
+        ).fetchone()[0]
+        self.runner_id = self.conn.execute(
+            "SELECT runner_id FROM operations_runnertoken WHERE token_hash = %s", (token_hash,)
+        ).fetchone()[0]
+        self.extra_op = missing_not_null_columns(self.conn, "operations_operation", OP_COLUMNS)
+        self.extra_event = missing_not_null_columns(self.conn, "operations_event", EVENT_COLUMNS)
+
+    def _request(self) -> str:
+        """What every request starts with: the health check and the token's lookup."""
+        if self.token_cache:
+            self._x("SELECT value FROM operations_token_generation WHERE id = 1").fetchone()
+            return self.runner_id
+        self._x("SELECT 1")
         row = self._x(
             "SELECT t.runner_id, t.*, r.* FROM operations_runnertoken t "
-            "JOIN operations_runner r ON r.id = t.runner_id WHERE t.token_hash = %s",
+            "JOIN operations_runner r ON r.id = t.runner_id WHERE t.token_hash = %s "
+            "ORDER BY t.id LIMIT 1",
             (self.token_hash,),
         ).fetchone()
         return row[0]
 
-    def _operation_for_response(self, op_id: str, runner_id: str) -> None:
+    def _operation_for_response(self, op_id: str, runner_id: str | None = None) -> None:
+        # The access check reads the runner's own operation; the response any.
         self._x(
-            "SELECT o.*, v.*, r.* FROM operations_operation o "
+            "SELECT o.*, r.*, v.* FROM operations_operation o "
+            "JOIN operations_run r ON r.id = o.run_id "
             "JOIN operations_toolversion v ON v.id = o.tool_version_id "
-            "JOIN operations_run r ON r.id = o.run_id WHERE o.id = %s AND o.runner_id = %s",
-            (op_id, runner_id),
+            "WHERE o.id = %s AND (%s::text IS NULL OR o.runner_id = %s) LIMIT 21",
+            (op_id, runner_id, runner_id),
         ).fetchone()
         self._x(
             "SELECT a.*, g.* FROM approvals_approvalrequest a "
             "LEFT JOIN approvals_grant g ON g.request_id = a.id "
-            "WHERE a.operation_id = %s ORDER BY a.created_at",
+            "WHERE a.operation_id IN (%s) ORDER BY a.created_at",
             (op_id,),
         ).fetchall()
 
@@ -124,44 +190,44 @@ class SqlRunner:
             "hash": _hash(op_id, seq, kind, source, target, now, data, prev),
             **self.extra_event,
         }
-        self._insert("operations_event", columns)
+        self._insert("operations_event", columns, returning="id").fetchone()
         self._x(
             "SELECT * FROM operations_webhookendpoint WHERE is_active AND runner_id = %s",
             (runner_id,),
         ).fetchall()
 
-    def _insert(self, table: str, columns: dict[str, Any]) -> None:
-        names = ", ".join(columns)
-        marks = ", ".join(["%s"] * len(columns))
-        self._x(f"INSERT INTO {table} ({names}) VALUES ({marks})", list(columns.values()))  # noqa: S608
+    # --- the two requests -----------------------------------------------------------------
 
-    # --- the three steps ------------------------------------------------------------------
-
-    def register(self, *, run_id: str, key: str, arguments: dict[str, Any]) -> str:
-        runner_id = self._authenticate()
+    def register_and_claim(
+        self, *, run_id: str, key: str, arguments: dict[str, Any], lease_s: int = 30
+    ) -> tuple[str, int]:
+        runner_id = self._request()
         self._x(
-            "SELECT * FROM operations_run WHERE id = %s AND runner_id = %s", (run_id, runner_id)
+            "SELECT * FROM operations_run WHERE id = %s AND runner_id = %s ORDER BY id LIMIT 1",
+            (run_id, runner_id),
         ).fetchone()
         self._x(
             "SELECT * FROM operations_operation o "
             "JOIN operations_toolversion v ON v.id = o.tool_version_id "
-            "WHERE o.runner_id = %s AND o.operation_key = %s LIMIT 1",
-            (runner_id, key),
+            "WHERE o.operation_key = %s AND o.runner_id = %s ORDER BY o.id LIMIT 1",
+            (key, runner_id),
         ).fetchone()
         version_id = self._x(
-            "SELECT v.id FROM operations_tool t "
-            "JOIN operations_toolversion v ON v.id = t.active_version_id WHERE t.name = %s",
+            "SELECT v.id, t.*, v.* FROM operations_tool t "
+            "LEFT JOIN operations_toolversion v ON v.id = t.active_version_id "
+            "WHERE t.name = %s ORDER BY t.name LIMIT 1",
             (self.tool,),
         ).fetchone()[0]
         op_id = new_id("op")
         with self._transaction():
             principal = self._x(
-                "SELECT principal FROM operations_run WHERE id = %s FOR UPDATE", (run_id,)
+                "SELECT principal, * FROM operations_run WHERE id = %s LIMIT 21 FOR UPDATE",
+                (run_id,),
             ).fetchone()[0]
             self._x(
-                "SELECT * FROM auth_user WHERE username = %s ORDER BY id LIMIT 1",
+                "SELECT id, username FROM auth_user WHERE UPPER(username::text) = UPPER(%s)",
                 (principal.removeprefix("user:"),),
-            ).fetchone()
+            ).fetchall()
             now = datetime.now(UTC)
             frozen = json.dumps(arguments, sort_keys=True)
             with self._transaction():  # the savepoint around the insert
@@ -194,49 +260,26 @@ class SqlRunner:
                     },
                 )
             self._x(
-                "UPDATE operations_run SET tool_calls = tool_calls + 1, updated_at = %s "
-                "WHERE id = %s",
+                "UPDATE operations_run SET tool_calls = tool_calls + 1, turns = turns, "
+                "updated_at = %s WHERE id = %s",
                 (now, run_id),
             )
             self._append_event(op_id, run_id, "registered", "", "ready", runner_id)
-        self._operation_for_response(op_id, runner_id)
-        return op_id
-
-    def _lock(self, op_id: str) -> tuple:
-        return self._x(
-            "SELECT o.status, o.attempts, o.run_id, o.*, v.*, t.*, r.*, n.* "
-            "FROM operations_operation o "
-            "JOIN operations_toolversion v ON v.id = o.tool_version_id "
-            "JOIN operations_tool t ON t.name = o.tool_id "
-            "JOIN operations_run r ON r.id = o.run_id "
-            "JOIN operations_runner n ON n.id = o.runner_id "
-            "WHERE o.id = %s FOR UPDATE OF o",
-            (op_id,),
-        ).fetchone()
-
-    def claim(self, op_id: str, *, lease_s: int = 30) -> int:
-        runner_id = self._authenticate()
-        self._operation_for_response(op_id, runner_id)  # the access check
-        with self._transaction():
-            row = self._lock(op_id)
-            status, attempts, run_id = row[0], row[1], row[2]
-            if status != "ready":
-                raise RuntimeError(f"{op_id} is {status}")
+            # The inline claim, in the same transaction.
             self._x(
-                "SELECT * FROM approvals_approvalrequest WHERE operation_id = %s "
-                "ORDER BY created_at DESC LIMIT 1",
+                "SELECT a.*, g.* FROM approvals_approvalrequest a "
+                "LEFT JOIN approvals_grant g ON g.request_id = a.id "
+                "WHERE a.operation_id = %s ORDER BY a.created_at DESC, a.id DESC LIMIT 1",
                 (op_id,),
             ).fetchone()
-            now = datetime.now(UTC)
             lease_until = now + timedelta(seconds=lease_s)
-            number = attempts + 1
             with self._transaction():
                 self._insert(
                     "operations_attempt",
                     {
                         "id": new_id("att"),
                         "operation_id": op_id,
-                        "number": number,
+                        "number": 1,
                         "status": "executing",
                         "claimed_at": now,
                         "lease_until": lease_until,
@@ -245,23 +288,37 @@ class SqlRunner:
                     },
                 )
                 self._x(
-                    "UPDATE operations_operation SET status = 'executing', attempts = %s, "
+                    "UPDATE operations_operation SET status = 'executing', attempts = 1, "
                     "lease_until = %s, not_before = NULL, status_changed_at = %s, "
                     "updated_at = %s WHERE id = %s",
-                    (number, lease_until, now, now, op_id),
+                    (lease_until, now, now, op_id),
                 )
                 self._append_event(op_id, run_id, "claimed", "ready", "executing", runner_id)
-        return number
+        self._operation_for_response(op_id)
+        return op_id, 1
+
+    def _lock(self, op_id: str) -> tuple:
+        return self._x(
+            "SELECT o.status, o.attempts, o.run_id, o.*, n.*, r.*, t.*, v.*, av.* "
+            "FROM operations_operation o "
+            "JOIN operations_runner n ON n.id = o.runner_id "
+            "JOIN operations_run r ON r.id = o.run_id "
+            "JOIN operations_tool t ON t.name = o.tool_id "
+            "JOIN operations_toolversion v ON v.id = o.tool_version_id "
+            "LEFT JOIN operations_toolversion av ON av.id = t.active_version_id "
+            "WHERE o.id = %s LIMIT 21 FOR UPDATE OF o",
+            (op_id,),
+        ).fetchone()
 
     def outcome(self, op_id: str, number: int, body: dict[str, Any]) -> None:
-        runner_id = self._authenticate()
+        runner_id = self._request()
         self._operation_for_response(op_id, runner_id)  # the access check
         with self._transaction():
             row = self._lock(op_id)
             run_id = row[2]
             attempt_id = self._x(
                 "SELECT id FROM operations_attempt WHERE number = %s AND operation_id = %s "
-                "FOR UPDATE",
+                "ORDER BY operation_id, number LIMIT 1 FOR UPDATE",
                 (number, op_id),
             ).fetchone()[0]
             now = datetime.now(UTC)
@@ -272,12 +329,11 @@ class SqlRunner:
             )
             self._x(
                 "UPDATE operations_operation SET status = 'succeeded', lease_until = NULL, "
-                "downstream_id = %s, next_probe_at = NULL, snoozed_until = NULL, "
-                "status_changed_at = %s, updated_at = %s WHERE id = %s",
+                "downstream_id = %s, status_changed_at = %s, updated_at = %s WHERE id = %s",
                 (body.get("downstream_id", ""), now, now, op_id),
             )
             self._append_event(op_id, run_id, "outcome", "executing", "succeeded", runner_id)
-        self._operation_for_response(op_id, runner_id)
+        self._operation_for_response(op_id)
 
 
 OP_COLUMNS = {

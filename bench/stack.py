@@ -84,6 +84,8 @@ class Stack:
         loop_every_s: float = 1.0,
         runner_name: str = "bench",
         log_dir: Path | None = None,
+        gunicorn_config: str | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.database_url = database_url
         self.workers = workers
@@ -91,6 +93,7 @@ class Stack:
         self.loops = loops
         self.loop_every_s = loop_every_s
         self.runner_name = runner_name
+        self.gunicorn_config = gunicorn_config
         self.log_dir = log_dir or VAR / "bench"
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
@@ -109,6 +112,7 @@ class Stack:
             "DEBUG": "0",
             "SECURE_SSL_REDIRECT": "0",
             "SECRET_KEY": os.environ.get("SECRET_KEY") or secrets.token_urlsafe(50),
+            **(env or {}),
         }
         self._processes: list[subprocess.Popen] = []
         self._logs: list = []
@@ -160,6 +164,7 @@ class Stack:
                 "2048",
                 "--log-level",
                 "warning",
+                *(["--config", self.gunicorn_config] if self.gunicorn_config else []),
             ],
         )
         self._wait_ready()
@@ -168,6 +173,11 @@ class Stack:
             self._spawn("sweep", [sys.executable, "manage.py", "sweep", "--loop", every])
             self._spawn("reconcile", [sys.executable, "manage.py", "reconcile", "--loop", every])
         return self
+
+    @property
+    def gunicorn_pid(self) -> int:
+        """The gunicorn master's process id (its workers are its children)."""
+        return self._processes[0].pid
 
     def _wait_ready(self, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
