@@ -32,14 +32,19 @@ for the same indexes, constraints and triggers as with the API.
 from __future__ import annotations
 
 import json
-import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from approvals.ids import new_id
 from operations.canonical import intent_hash, sha256_hex
 
-from .lifecycle_sql import EVENT_COLUMNS, OP_COLUMNS, Statements, missing_not_null_columns
+from .lifecycle_sql import (
+    EVENT_COLUMNS,
+    OP_COLUMNS,
+    Statements,
+    missing_not_null_columns,
+    new_operation_row,
+)
 
 GENESIS = "0" * 64
 
@@ -119,28 +124,18 @@ class EssentialRunner(Statements):
             self._insert(
                 "operations_operation",
                 {
-                    "id": op_id,
-                    "runner_id": self.runner_id,
-                    "run_id": run_id,
-                    "tool_id": self.tool,
-                    "tool_version_id": self.version_id,
-                    "effect_class": "irreversible",
-                    "call_id": "",
-                    "operation_key": key,
-                    "arguments": json.dumps(arguments),
-                    "intent_hash": digest,
-                    "principal": principal,
-                    "idempotency_key": "ik_" + secrets.token_urlsafe(24),
-                    "status": "ready",
-                    "attempts": 0,
-                    "downstream_id": "",
-                    "error_code": "",
-                    "error_detail": "",
-                    "unknown_sticky": False,
-                    "probes": 0,
-                    "created_at": now,
-                    "updated_at": now,
-                    "status_changed_at": now,
+                    **new_operation_row(
+                        op_id=op_id,
+                        runner_id=self.runner_id,
+                        run_id=run_id,
+                        tool=self.tool,
+                        version_id=self.version_id,
+                        key=key,
+                        arguments=json.dumps(arguments),
+                        intent_hash=digest,
+                        principal=principal,
+                        now=now,
+                    ),
                     **self.extra_op,
                 },
             )

@@ -57,6 +57,46 @@ def missing_not_null_columns(conn: psycopg.Connection, table: str, known: set[st
     return {name: empty.get(kind, "") for name, kind in rows if name not in known}
 
 
+def new_operation_row(
+    *,
+    op_id: str,
+    runner_id: str,
+    run_id: str,
+    tool: str,
+    version_id: int,
+    key: str,
+    arguments: str,
+    intent_hash: str,
+    principal: str,
+    now: datetime,
+) -> dict[str, Any]:
+    """The columns of a freshly registered, ready operation of an irreversible tool."""
+    return {
+        "id": op_id,
+        "runner_id": runner_id,
+        "run_id": run_id,
+        "tool_id": tool,
+        "tool_version_id": version_id,
+        "effect_class": "irreversible",
+        "call_id": "",
+        "operation_key": key,
+        "arguments": arguments,
+        "intent_hash": intent_hash,
+        "principal": principal,
+        "idempotency_key": "ik_" + secrets.token_urlsafe(24),
+        "status": "ready",
+        "attempts": 0,
+        "downstream_id": "",
+        "error_code": "",
+        "error_detail": "",
+        "unknown_sticky": False,
+        "probes": 0,
+        "created_at": now,
+        "updated_at": now,
+        "status_changed_at": now,
+    }
+
+
 class Statements:
     """One persistent connection that counts (and, when asked, keeps) what it sends.
 
@@ -234,28 +274,18 @@ class SqlRunner(Statements):
                 self._insert(
                     "operations_operation",
                     {
-                        "id": op_id,
-                        "runner_id": runner_id,
-                        "run_id": run_id,
-                        "tool_id": self.tool,
-                        "tool_version_id": version_id,
-                        "effect_class": "irreversible",
-                        "call_id": "",
-                        "operation_key": key,
-                        "arguments": frozen,
-                        "intent_hash": _hash(self.tool, frozen, principal),
-                        "principal": principal,
-                        "idempotency_key": "ik_" + secrets.token_urlsafe(24),
-                        "status": "ready",
-                        "attempts": 0,
-                        "downstream_id": "",
-                        "error_code": "",
-                        "error_detail": "",
-                        "unknown_sticky": False,
-                        "probes": 0,
-                        "created_at": now,
-                        "updated_at": now,
-                        "status_changed_at": now,
+                        **new_operation_row(
+                            op_id=op_id,
+                            runner_id=runner_id,
+                            run_id=run_id,
+                            tool=self.tool,
+                            version_id=version_id,
+                            key=key,
+                            arguments=frozen,
+                            intent_hash=_hash(self.tool, frozen, principal),
+                            principal=principal,
+                            now=now,
+                        ),
                         **self.extra_op,
                     },
                 )
