@@ -101,9 +101,13 @@ def principal_user_ids(principal: str) -> set[int]:
     operation is named too."""
     if not principal.startswith("user:"):
         return set()
-    name = principal[len("user:") :]
-    candidates = get_user_model().objects.filter(username__iexact=name).only("pk", "username")
-    return {user.pk for user in candidates if _identity(user.get_username()) == name}
+    name = _identity(principal[len("user:") :])
+    # Compared in Python: a database's case-insensitive match is not NFKC case folding
+    # ("Straße" folds to "strasse"); people are few, runners' service users excluded.
+    people = get_user_model().objects.exclude(username__startswith="runner:")
+    return {
+        pk for pk, username in people.values_list("pk", "username") if _identity(username) == name
+    }
 
 
 def _identity(username: str) -> str:
@@ -183,7 +187,10 @@ def activate_refusal(user: Any, version: ToolVersion) -> str | None:
     if not _holds(user, ACTIVATE, version.tool):
         return "You may not activate versions of this tool."
     registering_runner = version.registered_by
-    if registering_runner is not None and registering_runner.owner_id == user.pk:
+    owners = {version.registering_owner_id}
+    if registering_runner is not None:
+        owners.add(registering_runner.owner_id)
+    if user.pk in owners:
         return "You own the runner that registered this version; someone else must activate it."
     return None
 

@@ -135,6 +135,11 @@ class ToolVersion(models.Model):
     registered_by = models.ForeignKey(
         Runner, null=True, on_delete=models.SET_NULL, related_name="+"
     )
+    # The registering runner's owner when the version was stored: barred from activating
+    # it even if the runner's owner changes afterwards.
+    registering_owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     activated_at = models.DateTimeField(null=True, blank=True)
     activated_by = models.ForeignKey(

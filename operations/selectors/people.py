@@ -294,7 +294,10 @@ def runner_events(runner: Runner, limit: int = 50) -> list[Event]:
 
 
 def tools_visible_to_user(user: Any) -> QuerySet[Tool]:
-    """Tools whose page a person may open: deciders, reconcilers and activators."""
+    """Tools whose page a person may open: deciders, reconcilers and activators, and
+    people who administer tools (they transfer them and allow runners on them)."""
+    if access.may_administer_tools(user):
+        return Tool.objects.all()
     return access.tools_for_user(user, [access.DECIDE, access.RECONCILE, access.ACTIVATE])
 
 

@@ -82,6 +82,7 @@ def tool_register(*, name: str, body: Any, runner: Runner) -> ToolRegistration:
             contract_hash=digest,
             weakens=reasons,
             registered_by=runner,
+            registering_owner_id=runner.owner_id,
             activated_at=None if reasons else now,
         )
         if not reasons:
@@ -153,14 +154,20 @@ def tool_invoker_set(*, tool: Tool, runner: Runner, allow: bool, actor: Actor) -
 
     The tool's owner (a runner actor) or a person who administers tools decides; it is
     an ``invoke_tool`` object permission on the runner's service user, so a restricted
-    runner is allowed the same way.
+    runner is allowed the same way. A runner never changes its own permission: a
+    runner a person restricted cannot allow itself back onto its own tool.
     """
-    if actor.runner is not None:
-        _require_owner(tool, actor.runner)
-    else:
+    if actor.runner is None:
         access.require_administer_tools(actor.user)
+    elif actor.runner.pk == runner.pk:
+        raise errors.ToolNotOwned(
+            "A runner cannot change its own permission on a tool; a person decides that."
+        )
     with transaction.atomic():
         tool = Tool.objects.select_for_update().get(pk=tool.pk)
+        # Judged on the locked row: a transfer that committed meanwhile wins.
+        if actor.runner is not None:
+            _require_owner(tool, actor.runner)
         holds = runner.service_user.has_perm(access.INVOKE, tool)
         if holds == allow:
             return tool

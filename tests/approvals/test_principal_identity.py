@@ -53,3 +53,13 @@ def test_someone_else_still_approves(api, needs_approval):
     other = person(decide_on="refund")
     op = services.approval_decide(request_id=request.id, user=other, approve=True, comment="")
     assert op.status == "ready"
+
+
+@pytest.mark.parametrize("username", ["Stra\u00dfe", "\u00c9lodie"])
+def test_a_principal_named_by_case_folding_beyond_ascii_is_barred(api, needs_approval, username):
+    # The database's case-insensitive match is not case folding: ß folds to "ss", and
+    # SQLite compares only ASCII letters without case.
+    user = person(username=username, decide_on="refund")
+    request = _request(api, f"user:{username}")
+    with pytest.raises(PermissionRefused, match="principal"):
+        services.approval_decide(request_id=request.id, user=user, approve=True, comment="")

@@ -127,3 +127,16 @@ def test_the_revoke_form_is_shown_only_to_people_who_may_revoke(api, tool):
         html = client.get(f"/approvals/{request.id}/").content.decode()
         assert ("Revoke grant" in html) is shown
         assert access.may_revoke(user, tool) is shown
+
+
+def test_the_registering_owner_stays_barred_after_the_runner_changes_hands(db):
+    owner, colleague = person(), person()
+    api = make_runner(owner=owner)
+    api.tool("t")
+    api.put("/api/v1/tools/t", contract("read_only"))  # weaker: waits for a person
+    version = ToolVersion.objects.get(tool_id="t", number=2)
+    assign_perm(access.ACTIVATE, owner, version.tool)
+    api.runner.owner = colleague
+    api.runner.save(update_fields=["owner"])
+    version.refresh_from_db()
+    assert "You own the runner" in access.activate_refusal(owner, version)

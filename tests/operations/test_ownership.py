@@ -7,6 +7,7 @@ from guardian.shortcuts import assign_perm
 
 from approvals.errors import PermissionRefused
 from operations import services
+from operations.errors import ToolNotOwned
 from operations.models import Event, Tool, ToolVersion
 from tests.approvals.conftest import person
 from tests.conftest import contract
@@ -139,3 +140,39 @@ def test_a_person_transfers_and_allows_from_the_tool_page(api, other_api):
     assert "Transfer the tool to it" not in client.get("/tools/t/").content.decode()
     client.post("/tools/t/owner", {"runner": api.runner.name, "action": "transfer"})
     assert Tool.objects.get(pk="t").owner_id == other_api.runner.pk
+
+
+def test_a_runner_cannot_allow_itself_back_onto_its_own_tool(api):
+    api.tool("t")
+    runner = api.runner
+    runner.restrict_tools = True
+    runner.save(update_fields=["restrict_tools"])
+    response = api.put(f"/api/v1/tools/t/invokers/{runner.name}", None)
+    assert (response.status_code, response.json()["code"]) == (403, "tool_not_owned")
+    assert api.register(api.run(), "t", expect=403)["code"] == "tool_forbidden"
+
+
+def test_the_ownership_check_is_made_on_the_locked_row(api, other_api):
+    """A transfer that committed after the caller loaded the tool wins."""
+    api.tool("t")
+    stale = Tool.objects.get(pk="t")
+    operator = person()
+    assign_perm("operations.change_runner", operator)
+    services.tool_transfer(tool=stale, to_runner=other_api.runner, user=operator)
+    third = services.runner_create(name="third-runner", actor=services.Actor.system("t"))[0]
+    with pytest.raises(ToolNotOwned, match="belongs to another runner"):
+        services.tool_invoker_set(
+            tool=stale, runner=third, allow=True, actor=services.Actor.of_runner(api.runner)
+        )
+    assert not third.service_user.has_perm("operations.invoke_tool", Tool.objects.get(pk="t"))
+
+
+def test_a_person_who_manages_runners_reaches_any_tool_page(api):
+    api.tool("t")
+    from django.test import Client
+
+    operator = person()
+    assign_perm("operations.change_runner", operator)
+    client = Client()
+    client.force_login(operator)
+    assert "Transfer the tool to it" in client.get("/tools/t/").content.decode()
