@@ -210,8 +210,7 @@ def tool_permissions_held(user: Any, tools: Sequence[Tool]) -> dict[str, list[st
     if not user.is_active:
         return {tool.name: [] for tool in tools}
     checker = ObjectPermissionChecker(user)
-    # guardian takes any sequence of objects; its stubs say QuerySet.
-    checker.prefetch_perms(tools)  # type: ignore[arg-type]
+    checker.prefetch_perms(tools)  # type: ignore[arg-type]  # any sequence works; stubs: QuerySet
     everywhere = {perm for perm, _ in TOOL_PERMISSION_LABELS if user.has_perm(perm)}
     return {
         tool.name: [
