@@ -191,7 +191,9 @@ def transition(
         setattr(op, name, value)
     if to != Status.EXECUTING:
         op.lease_until = None
-    op.save()
+    # Only what a transition changes: a full-row UPDATE writes all 32 columns, and any
+    # in-memory value with them.
+    op.save(update_fields=["status", "status_changed_at", "lease_until", "updated_at", *changes])
     event = event_append(
         stream=op.id,
         kind=kind,
