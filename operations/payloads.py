@@ -18,7 +18,7 @@ from .machine import allowed_next_actions
 from .models import Operation
 
 
-def _time(value: datetime | None) -> str | None:
+def iso(value: datetime | None) -> str | None:
     """RFC 3339 in UTC with a ``Z``, as DRF renders a DateTimeField."""
     if value is None:
         return None
@@ -29,8 +29,8 @@ def grant(grant: Any) -> dict[str, Any]:
     return {
         "id": grant.id,
         "intent_hash": grant.intent_hash,
-        "expires_at": _time(grant.expires_at),
-        "revoked_at": _time(grant.revoked_at),
+        "expires_at": iso(grant.expires_at),
+        "revoked_at": iso(grant.revoked_at),
         "decided_by": [
             d.user.username
             for d in grant.request.decisions.all()
@@ -51,12 +51,12 @@ def approval(request: ApprovalRequest) -> dict[str, Any]:
                 "by": decision.user.username,
                 "decision": str(decision.decision),
                 "comment": decision.comment,
-                "at": _time(decision.at),
+                "at": iso(decision.at),
             }
             for decision in request.decisions.all()
         ],
-        "created_at": _time(request.created_at),
-        "expires_at": _time(request.expires_at),
+        "created_at": iso(request.created_at),
+        "expires_at": iso(request.expires_at),
         "grant": grant(granted) if granted is not None else None,
     }
 
@@ -77,19 +77,19 @@ def operation(op: Operation) -> dict[str, Any]:
         "idempotency_key": op.idempotency_key,
         "status": str(op.status),
         "attempts": op.attempts,
-        "not_before": _time(op.not_before),
-        "lease_until": _time(op.lease_until),
-        "deadline_at": _time(op.deadline_at),
+        "not_before": iso(op.not_before),
+        "lease_until": iso(op.lease_until),
+        "deadline_at": iso(op.deadline_at),
         "approval": approval(request) if request is not None else None,
         "result": op.result,
         "downstream_id": op.downstream_id or None,
         "error_code": op.error_code or None,
         "error_detail": op.error_detail or None,
-        "next_probe_at": _time(op.next_probe_at),
+        "next_probe_at": iso(op.next_probe_at),
         "previous_operation": op.previous_id,
         "allowed_next_actions": allowed_next_actions(
             status=op.status, now=timezone.now(), not_before=op.not_before
         ),
-        "created_at": _time(op.created_at),
-        "updated_at": _time(op.updated_at),
+        "created_at": iso(op.created_at),
+        "updated_at": iso(op.updated_at),
     }

@@ -55,6 +55,10 @@ def hidden_characters(text: str) -> list[str]:
     return [f"U+{ord(char):04X}" for char in text if char in "\n\t" or is_hidden(char)]
 
 
+# The column that stores a principal (operations.Run.principal, Operation.principal).
+PRINCIPAL_MAX_LENGTH = 255
+
+
 def normalize_principal(principal: str) -> str:
     """A principal as an identity: NFKC, then case-folded (``user:ALICE`` and
     ``user:alice`` name one person). Raise ``ValueError`` naming the characters when
@@ -69,4 +73,10 @@ def normalize_principal(principal: str) -> str:
         raise ValueError(f"the principal holds characters that hide: {', '.join(hidden)}")
     if not normalized.strip():
         raise ValueError("the principal is empty")
+    if len(normalized) > PRINCIPAL_MAX_LENGTH:
+        # NFKC can lengthen text (U+FDFA becomes 18 letters).
+        raise ValueError(
+            f"normalized, the principal is {len(normalized)} characters long; "
+            f"at most {PRINCIPAL_MAX_LENGTH} are kept"
+        )
     return normalized

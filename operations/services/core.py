@@ -16,7 +16,7 @@ callers (the other modules of this package) own their transactions.
 import fnmatch
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import partial
 from typing import Any, TypeVar
@@ -34,6 +34,7 @@ from .. import errors, machine, payloads, telemetry
 from ..canonical import sha256_hex
 from ..machine import Status
 from ..models import Attempt, Event, Operation, OutboxMessage, Runner, WebhookEndpoint
+from ..payloads import iso
 from ..selectors import operation_refresh
 
 GENESIS_HASH = "0" * 64
@@ -81,12 +82,6 @@ def json_safe(value: Any) -> Any:
     if isinstance(value, Decimal):
         return float(value)
     return value
-
-
-def iso(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def event_hash(event: Event) -> str:

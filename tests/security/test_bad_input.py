@@ -335,3 +335,14 @@ def test_listing_refuses_unknown_filters_and_bad_limits(api, params):
     """A misspelt filter must not silently list every operation."""
     _problem(api.get("/api/v1/operations", params), 400, "invalid_request")
     assert api.get("/api/v1/operations", {"status": "ready", "limit": "5"}).status_code == 200
+
+
+def test_a_principal_that_normalization_lengthens_past_its_column_is_refused(api):
+    """NFKC may expand a character (U+FDFA becomes 18 letters): 255 characters sent can
+    be longer stored; that must be a 400, not a database error."""
+    before = ledger_state()
+    text = "user:" + "\ufdfa" * 20
+    assert len(text) <= 255
+    problem = _problem(api.post("/api/v1/runs", {"principal": text}), 400, "invalid_principal")
+    assert "255" in problem["detail"]
+    assert ledger_state() == before
