@@ -140,7 +140,25 @@ def _database() -> dj_database_url.DBConfig:
         # one per process, so that two test runs on one checkout do not collide.
         config["TEST"] = {"NAME": str(VAR_DIR / f"test-{os.getpid()}.sqlite3")}
     elif engine == "django.db.backends.postgresql":
-        config.setdefault("OPTIONS", {})
+        options = config.setdefault("OPTIONS", {})
+        # Parameters bound by PostgreSQL, not spliced into the text by the client, and
+        # a statement the connection has run ``DB_PREPARE_THRESHOLD`` times is prepared:
+        # PostgreSQL stops parsing and planning the hot path's statements again.
+        options["server_side_binding"] = True
+        threshold = os.environ.get("DB_PREPARE_THRESHOLD", "2")
+        options["prepare_threshold"] = None if threshold in ("", "off") else int(threshold)
+        # A pool per process (psycopg_pool): connections are reused across requests and
+        # threads without the health check's round trip on each request. 0 turns it
+        # off (then DB_CONN_MAX_AGE applies, with health checks).
+        pool_size = int(os.environ.get("DB_POOL_MAX_SIZE", "16"))
+        if pool_size > 0:
+            options["pool"] = {
+                "min_size": 1,
+                "max_size": pool_size,
+                "timeout": float(os.environ.get("DB_POOL_TIMEOUT_S", "30")),
+            }
+            config["CONN_MAX_AGE"] = 0
+            config["CONN_HEALTH_CHECKS"] = False
         config["TEST"] = (
             {"NAME": os.environ.get("TEST_DATABASE_NAME")}
             if os.environ.get("TEST_DATABASE_NAME")

@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import openapi, selectors, services
+from . import openapi, payloads, selectors, services
 from .egress import HostPolicy
 from .errors import InvalidRequest, NotFound, OperationKeyRequired, UrlNotAllowed
 from .models import Runner, RunnerToken
@@ -185,8 +185,11 @@ class RunCancelView(APIView):
 # --- operations -------------------------------------------------------------------------
 
 
-def _operation_body(op) -> dict[str, Any]:
-    return OperationOut(selectors.operation_refresh(op)).data
+def _operation_body(op, *, fresh: bool = False) -> dict[str, Any]:
+    """The operation's representation (``payloads.operation``, which ``OperationOut``
+    declares). ``fresh``: ``op`` is what the request's own transaction wrote, so it is
+    rendered as it is, without reading it back."""
+    return payloads.operation(op if fresh else selectors.operation_refresh(op))
 
 
 LIST_PARAMETERS = {"status", "run", "tool", "cursor", "limit"}
@@ -224,7 +227,7 @@ class OperationListView(APIView):
             retry_of=data.get("retry_of"),
             traceparent=request.headers.get("traceparent", ""),
         )
-        body = _operation_body(registration.operation)
+        body = _operation_body(registration.operation, fresh=registration.created)
         if registration.created and "claim" in data:
             attempt = registration.attempt
             body["attempt"] = AttemptOut(attempt).data if attempt is not None else None
@@ -323,12 +326,11 @@ class OutcomeView(APIView):
         tags=["attempts"],
     )
     def post(self, request: Request, operation_id: str, number: int) -> Response:
-        op = selectors.operation_get_for_runner(runner=_runner(request), operation_id=operation_id)
         data = _valid(OutcomeIn, request)
         op = services.attempt_record_outcome(
-            operation=op, number=number, body=dict(data), runner=_runner(request)
+            operation_id=operation_id, number=number, body=dict(data), runner=_runner(request)
         )
-        return Response(_operation_body(op))
+        return Response(_operation_body(op, fresh=True))
 
 
 class ReconciliationView(APIView):

@@ -48,6 +48,10 @@ class Runner(models.Model):
     )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # The event patterns of the runner's active webhook endpoints (kept by a signal on
+    # every save and delete of an endpoint): a write that no pattern matches writes no
+    # outbox row and reads no endpoint. A stale superset costs one read; never a subset.
+    webhook_events = models.JSONField(default=list, blank=True)
 
     # DRF treats request.user as authenticated through this attribute.
     is_authenticated = True
@@ -170,6 +174,11 @@ class Run(models.Model):
     runner = models.ForeignKey(Runner, on_delete=models.PROTECT, related_name="runs")
     external_id = models.CharField(max_length=255, blank=True, default="")
     principal = models.CharField(max_length=255)
+    # The person the principal names, found once when the run starts (display only: who
+    # is barred from deciding is judged again at each decision, access.barred_user_ids).
+    principal_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.ACTIVE)
     max_tool_calls = models.PositiveIntegerField(null=True, blank=True)
     max_turns = models.PositiveIntegerField(null=True, blank=True)
@@ -253,6 +262,10 @@ class Operation(models.Model):
     # Kept beside the status (set with every transition) so that queues can be ordered
     # and filtered by "in this state since" through an index, without reading events.
     status_changed_at = models.DateTimeField(null=True, blank=True)
+    # The head of the operation's event chain (its last event's seq and hash), written
+    # with each event under the operation's row lock: appending reads no event.
+    event_seq = models.PositiveIntegerField(default=0)
+    event_head = models.CharField(max_length=64, blank=True, default="")
 
     class Meta:
         constraints = [

@@ -18,11 +18,15 @@ elsewhere (``python manage.py audit anchor``).
 
 Django's ``flush`` (the test runner empties the database with it between transactional
 tests) truncates every table; ``operations/management/commands/flush.py`` runs it with
-the TRUNCATE triggers ignored.
+the TRUNCATE triggers ignored (``ignored``).
 """
+
+import contextlib
+from collections.abc import Iterator
 
 import pgtrigger
 from django.apps import apps
+from django.db import DEFAULT_DB_ALIAS, connections
 
 APPEND_ONLY_MODELS = (
     "operations.Event",
@@ -71,3 +75,31 @@ def register() -> None:
         model = apps.get_model(label)
         pgtrigger.register(append_only_trigger())(model)
         pgtrigger.register(no_truncate_trigger())(model)
+
+
+@contextlib.contextmanager
+def ignored(*uris: str, database: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
+    """The triggers ``uris`` names do nothing on this connection until the block ends.
+
+    What ``pgtrigger.ignore`` does, set once for the session instead of before every
+    statement: pgtrigger prefixes each statement with a ``set_config``, two commands
+    in one, which PostgreSQL refuses with server-side parameter binding (a prepared
+    statement holds one command). The triggers read the same setting. Reset at the end,
+    so a pooled connection goes back without it.
+    """
+    connection = connections[database]
+    if connection.vendor != "postgresql":
+        yield
+        return
+    names = set()
+    for model, trigger in pgtrigger.registered(*uris):
+        pgid = trigger.get_pgid(model)
+        names |= {pgid, f"{model._meta.db_table}:{pgid}"}
+    with connection.cursor() as cursor:
+        value = "{" + ",".join(sorted(names)) + "}"
+        cursor.execute("SELECT set_config('pgtrigger.ignore', %s, false)", [value])
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('pgtrigger.ignore', '{}', false)")

@@ -14,7 +14,7 @@ callers (the other modules of this package) own their transactions.
 """
 
 import fnmatch
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -22,7 +22,8 @@ from functools import partial
 from typing import Any, TypeVar
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Model
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -113,29 +114,244 @@ def event_append(
     to_status: str = "",
     data: dict[str, Any] | None = None,
     now: datetime | None = None,
+    head_saved_by_caller: bool = False,
 ) -> Event:
-    """Append one event to ``stream``; the caller holds the lock of the stream's row."""
-    last = Event.objects.filter(stream=stream).order_by("-seq").values_list("seq", "hash").first()
-    seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
+    """Append one event to ``stream``; the caller holds the lock of the stream's row.
+
+    An operation's own stream keeps its head on the operation row (``event_seq``,
+    ``event_head``), so appending reads no event: the head is advanced in memory and
+    written here, or by the caller's UPDATE of the row (``head_saved_by_caller``). Other
+    streams (runs, tools, runners, people) read their last event.
+    """
+    own_stream = operation is not None and stream == operation.id
+    if own_stream:
+        assert operation is not None
+        seq, prev_hash = operation.event_seq + 1, operation.event_head or GENESIS_HASH
+    else:
+        last = (
+            Event.objects.filter(stream=stream).order_by("-seq").values_list("seq", "hash").first()
+        )
+        seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
+    event = event_build(
+        stream=stream,
+        seq=seq,
+        prev_hash=prev_hash,
+        kind=kind,
+        actor=actor,
+        operation=operation,
+        run=run,
+        tool_name=tool_name,
+        from_status=from_status,
+        to_status=to_status,
+        data=data,
+        now=now or timezone.now(),
+    )
+    if own_stream:
+        assert operation is not None
+        insert_all(event)
+        operation.event_seq, operation.event_head = seq, event.hash
+        if not head_saved_by_caller:
+            save_fields(operation, ["event_seq", "event_head"])
+    else:
+        event.save()
+    return event
+
+
+def event_build(
+    *,
+    stream: str,
+    seq: int,
+    prev_hash: str,
+    kind: str,
+    actor: Actor,
+    operation: Operation | None,
+    run: Any = None,
+    tool_name: str = "",
+    from_status: str = "",
+    to_status: str = "",
+    data: dict[str, Any] | None = None,
+    now: datetime,
+) -> Event:
+    """One event, hashed onto ``prev_hash``, not yet saved (the hot path inserts several
+    in one statement)."""
     event = Event(
         stream=stream,
         seq=seq,
         kind=kind,
         operation=operation,
-        run=run if run is not None else (operation.run if operation is not None else None),
+        run_id=run.pk if run is not None else (operation.run_id if operation is not None else None),
         tool_name=tool_name or (operation.tool_id if operation is not None else ""),
         from_status=from_status,
         to_status=to_status,
         actor=actor.label,
         actor_user=actor.user,
         actor_runner=actor.runner,
-        at=now or timezone.now(),
+        at=now,
         data=json_safe(data or {}),
         prev_hash=prev_hash,
     )
     event.hash = event_hash(event)
-    event.save()
     return event
+
+
+# ---------------------------------------------------------------------------------------
+# Rows written without the ORM's query building (the hot path)
+
+_INSERTS: dict[tuple[str, type[Model]], tuple[str, list[Any]]] = {}
+
+
+def insert_unless_conflict(instance: Model) -> bool:
+    """INSERT one row, or nothing when a unique constraint already holds its values.
+
+    ``ON CONFLICT DO NOTHING`` says what a savepoint around a failing ``save`` said,
+    in one statement and without aborting the transaction; the caller reads what the
+    conflict was only when there was one. The statement text is built once per model.
+    """
+    model = type(instance)
+    key = (connection.vendor, model)
+    built = _INSERTS.get(key)
+    if built is None:
+        fields = list(model._meta.concrete_fields)
+        quote = connection.ops.quote_name
+        columns = ", ".join(quote(field.column) for field in fields)
+        marks = ", ".join(["%s"] * len(fields))
+        # Names from the model's own metadata, values as parameters.
+        table = quote(model._meta.db_table)
+        sql = f"INSERT INTO {table} ({columns}) VALUES ({marks}) ON CONFLICT DO NOTHING"  # noqa: S608
+        built = _INSERTS[key] = (sql, fields)
+    sql, fields = built
+    params = [
+        field.get_db_prep_save(field.pre_save(instance, True), connection) for field in fields
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        inserted = cursor.rowcount == 1
+    if inserted:
+        instance._state.adding = False
+        instance._state.db = connection.alias
+    return inserted
+
+
+def _insert_parts(instances: list[Model]) -> tuple[str, list[Any]]:
+    """``INSERT INTO t (...) VALUES (...), (...)`` for rows of one model; an automatic
+    primary key is left to the database."""
+    model = type(instances[0])
+    fields = [
+        field
+        for field in model._meta.concrete_fields
+        if not (field.primary_key and getattr(instances[0], field.attname) is None)
+    ]
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(field.column) for field in fields)
+    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    table = quote(model._meta.db_table)
+    sql = f"INSERT INTO {table} ({columns}) VALUES " + ", ".join([row] * len(instances))  # noqa: S608
+    params = [
+        field.get_db_prep_save(field.pre_save(instance, True), connection)
+        for instance in instances
+        for field in fields
+    ]
+    return sql, params
+
+
+def insert_all(*instances: Model) -> None:
+    """INSERT new rows of one or more tables, in the order given by table.
+
+    One statement on PostgreSQL (each table's rows a data-modifying CTE of the last
+    table's INSERT), one per table elsewhere. No row is read back: the caller made the
+    rows, keys included (an automatic key stays unset on the instance).
+    """
+    groups: dict[type[Model], list[Model]] = {}
+    for instance in instances:
+        groups.setdefault(type(instance), []).append(instance)
+    parts = [_insert_parts(rows) for rows in groups.values()]
+    statements = (
+        [
+            (
+                "WITH "
+                + ", ".join(f"w{n} AS ({sql})" for n, (sql, _) in enumerate(parts[:-1]))
+                + " "
+                + parts[-1][0],
+                [param for _, params in parts for param in params],
+            )
+        ]
+        if connection.vendor == "postgresql" and len(parts) > 1
+        else parts
+    )
+    with connection.cursor() as cursor:
+        for sql, params in statements:
+            cursor.execute(sql, params)
+    for instance in instances:
+        instance._state.adding = False
+        instance._state.db = connection.alias
+
+
+_UPDATES: dict[tuple[str, type[Model], tuple[str, ...]], tuple[str, list[Any]]] = {}
+
+
+def save_fields(instance: Model, names: Iterable[str]) -> None:
+    """UPDATE the columns ``names`` of ``instance``'s row, as ``save(update_fields=...)``
+    does (``auto_now`` fields among them stamped now), with the statement built once
+    per model and set of columns instead of for every save."""
+    model = type(instance)
+    key = (connection.vendor, model, tuple(dict.fromkeys(names)))
+    built = _UPDATES.get(key)
+    if built is None:
+        fields = [model._meta.get_field(name) for name in key[2]]
+        quote = connection.ops.quote_name
+        assignments = ", ".join(f"{quote(field.column)} = %s" for field in fields)
+        table = quote(model._meta.db_table)
+        pk = quote(model._meta.pk.column)
+        sql = f"UPDATE {table} SET {assignments} WHERE {pk} = %s"  # noqa: S608
+        built = _UPDATES[key] = (sql, fields)
+    sql, fields = built
+    params = [
+        field.get_db_prep_save(field.pre_save(instance, False), connection) for field in fields
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, instance.pk])
+
+
+class Columns:
+    """Every column of ``model`` under a table alias, for a hand-written SELECT, and the
+    instance built from them as the ORM builds it (the database's and the fields'
+    converters applied: timestamps, JSON, booleans)."""
+
+    def __init__(self, model: type[Model], alias: str) -> None:
+        self.model = model
+        self.alias = alias
+        self.fields = list(model._meta.concrete_fields)
+        self._converters: dict[str, list[list[Any]]] = {}
+
+    def sql(self) -> str:
+        quote = connection.ops.quote_name
+        return ", ".join(f"{self.alias}.{quote(field.column)}" for field in self.fields)
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def build(self, values: Sequence[Any]) -> Any:
+        converters = self._converters.get(connection.vendor)
+        if converters is None:
+            converters = self._converters[connection.vendor] = [
+                [
+                    *connection.ops.get_db_converters(field.get_col(self.alias)),
+                    *field.get_db_converters(connection),
+                ]
+                for field in self.fields
+            ]
+        converted = []
+        for field, value, functions in zip(self.fields, values, converters, strict=True):
+            expression = field.get_col(self.alias)
+            for function in functions:
+                value = function(value, expression, connection)
+            converted.append(value)
+        return self.model.from_db(connection.alias, None, converted)
+
+
+def db_datetime(value: datetime | None) -> Any:
+    """A timestamp as a raw statement's parameter on this database."""
+    return connection.ops.adapt_datetimefield_value(value)
 
 
 # ---------------------------------------------------------------------------------------
@@ -186,9 +402,6 @@ def transition(
         setattr(op, name, value)
     if to != Status.EXECUTING:
         op.lease_until = None
-    # Only what a transition changes: a full-row UPDATE writes all 32 columns, and any
-    # in-memory value with them.
-    op.save(update_fields=["status", "status_changed_at", "lease_until", "updated_at", *changes])
     event = event_append(
         stream=op.id,
         kind=kind,
@@ -198,6 +411,21 @@ def transition(
         to_status=to,
         data=data,
         now=now,
+        head_saved_by_caller=True,
+    )
+    # Only what a transition changes, the chain's head with it: a full-row UPDATE writes
+    # all 34 columns, and any in-memory value with them.
+    save_fields(
+        op,
+        [
+            "status",
+            "status_changed_at",
+            "lease_until",
+            "updated_at",
+            "event_seq",
+            "event_head",
+            *changes,
+        ],
     )
     outbox_enqueue(op=op, event_type=f"operation.{to}", now=now)
     if to in machine.TERMINAL and telemetry.enabled():
@@ -351,8 +579,16 @@ def approval_withdraw_pending(op: Operation, *, now: datetime) -> None:
 # The outbox: webhooks written in the transaction of the change they report
 
 
-def _subscribed(runner_id: str, event_type: str) -> list[WebhookEndpoint]:
-    endpoints = WebhookEndpoint.objects.filter(runner_id=runner_id, is_active=True)
+def subscribes(runner: Runner, event_type: str) -> bool:
+    """Whether any active endpoint of ``runner`` may want ``event_type``, known from the
+    runner row (``Runner.webhook_events``) without a query."""
+    return any(fnmatch.fnmatchcase(event_type, pattern) for pattern in runner.webhook_events)
+
+
+def _subscribed(runner: Runner, event_type: str) -> list[WebhookEndpoint]:
+    if not subscribes(runner, event_type):
+        return []
+    endpoints = WebhookEndpoint.objects.filter(runner_id=runner.pk, is_active=True)
     return [
         endpoint
         for endpoint in endpoints
@@ -365,7 +601,7 @@ def outbox_enqueue(
 ) -> int:
     """Write one outbox message per subscribed endpoint; the caller's transaction commits
     them with the change, so a change is never reported without happening or lost."""
-    endpoints = _subscribed(op.runner_id, event_type)
+    endpoints = _subscribed(op.runner, event_type)
     if not endpoints:
         return 0
     payload = {

@@ -24,6 +24,24 @@ from .core import (
 )
 
 
+def runner_webhook_events_refresh(sender: Any, instance: WebhookEndpoint, **kwargs: Any) -> None:
+    """Keep ``Runner.webhook_events`` the union of the runner's active endpoints'
+    patterns, in the transaction of the endpoint's save or delete (``apps.ready``
+    connects it to both), so ``core.subscribes`` never misses a subscriber."""
+    patterns = sorted(
+        {
+            pattern
+            for events in WebhookEndpoint.objects.filter(
+                runner_id=instance.runner_id, is_active=True
+            ).values_list("events", flat=True)
+            for pattern in events
+        }
+    )
+    Runner.objects.filter(pk=instance.runner_id).update(webhook_events=patterns)
+    if WebhookEndpoint.runner.is_cached(instance):
+        instance.runner.webhook_events = patterns
+
+
 def webhook_endpoint_create(
     *, runner: Runner, url: str, events: list[str]
 ) -> tuple[WebhookEndpoint, str]:

@@ -4,7 +4,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -16,11 +16,14 @@ from ..models import (
     Operation,
     Run,
     Runner,
+    Tool,
+    ToolVersion,
 )
 from .breaker import breaker_record_locked
 from .core import (
     Actor,
     AttemptStatus,
+    Columns,
     approval_withdraw_pending,
     attempt_supersede,
     current_attempt,
@@ -28,6 +31,7 @@ from .core import (
     lock,
     raise_after_commit,
     record,
+    save_fields,
     succeed,
 )
 
@@ -144,8 +148,59 @@ def _outcome_body(body: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in body.items() if value is not None}
 
 
+_OPERATION = Columns(Operation, "o")
+_ATTEMPT = Columns(Attempt, "a")
+_VERSION = Columns(ToolVersion, "v")
+_TOOL = Columns(Tool, "t")
+_ACTIVE = Columns(ToolVersion, "av")
+
+
+def _lock_attempt(*, operation_id: str, number: int, runner: Runner) -> tuple[Operation, Attempt]:
+    """The runner's operation and its attempt ``number``, both locked, in one read.
+
+    The access check (the operation is the runner's) is the read's own filter; with the
+    operation come its contract version and its tool's active one (the breaker's), and
+    whether it ever had an approval request (if not, the answer's approval is none
+    without another read).
+    """
+    parts = (_OPERATION, _ATTEMPT, _VERSION, _TOOL, _ACTIVE)
+    columns = ", ".join(part.sql() for part in parts)  # names from the models' metadata
+    sql = (
+        f"SELECT {columns}, "  # noqa: S608
+        "EXISTS (SELECT 1 FROM approvals_approvalrequest r WHERE r.operation_id = o.id) "
+        "FROM operations_attempt a "
+        "JOIN operations_operation o ON o.id = a.operation_id "
+        "JOIN operations_toolversion v ON v.id = o.tool_version_id "
+        "JOIN operations_tool t ON t.name = o.tool_id "
+        "LEFT JOIN operations_toolversion av ON av.id = t.active_version_id "
+        "WHERE a.operation_id = %s AND a.number = %s AND o.runner_id = %s"
+    )
+    if connection.features.has_select_for_update_of:
+        sql += " FOR UPDATE OF a, o"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [operation_id, number, runner.pk])
+        row = cursor.fetchone()
+    if row is None:
+        if Operation.objects.filter(pk=operation_id, runner=runner).exists():
+            raise errors.NotFound(f"Operation {operation_id} has no attempt {number}.")
+        raise errors.NotFound(f"No operation {operation_id!r}.")
+    built = []
+    offset = 0
+    for part in parts:
+        values = row[offset : offset + len(part)]
+        offset += len(part)
+        built.append(part.build(values) if values[0] is not None else None)
+    op, attempt, version, tool, active = built
+    tool.active_version = version if active is not None and active.pk == version.pk else active
+    op.tool_version, op.tool, op.runner = version, tool, runner
+    attempt.operation = op
+    if not row[offset]:
+        op._prefetched_objects_cache = {"approval_requests": []}
+    return op, attempt
+
+
 def attempt_record_outcome(
-    *, operation: Operation, number: int, body: dict[str, Any], runner: Runner
+    *, operation_id: str, number: int, body: dict[str, Any], runner: Runner
 ) -> Operation:
     """Record what an attempt did and classify the operation.
 
@@ -157,11 +212,8 @@ def attempt_record_outcome(
     actor = Actor.of_runner(runner)
     posted = _outcome_body(body)
     with transaction.atomic(durable=True):
-        op = lock(operation.pk)
+        op, attempt = _lock_attempt(operation_id=operation_id, number=number, runner=runner)
         now = timezone.now()
-        attempt = Attempt.objects.select_for_update().filter(operation=op, number=number).first()
-        if attempt is None:
-            raise errors.NotFound(f"Operation {op.id} has no attempt {number}.")
         result: Operation | errors.DomainError
         if attempt.status in (AttemptStatus.LEASE_EXPIRED, AttemptStatus.SUPERSEDED):
             result = _late_outcome_locked(op, attempt=attempt, body=posted, actor=actor, now=now)
@@ -207,7 +259,7 @@ def _apply_outcome_locked(
     attempt.outcome = body
     attempt.outcome_code = body.get("code", "")
     attempt.closed_at = now
-    attempt.save(update_fields=["status", "outcome", "outcome_code", "closed_at"])
+    save_fields(attempt, ["status", "outcome", "outcome_code", "closed_at"])
     _add_spend(op, body.get("cost"))
     _settle(
         op,

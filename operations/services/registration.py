@@ -7,9 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals.policy import evaluate as evaluate_policy
@@ -27,14 +25,19 @@ from ..models import (
     Tool,
     ToolVersion,
 )
-from ..selectors import run_get_for_runner
 from .claims import claim_locked
 from .core import (
+    GENESIS_HASH,
     Actor,
     approval_request_open,
+    db_datetime,
     event_append,
+    event_build,
+    insert_all,
+    insert_unless_conflict,
     outbox_enqueue,
     record,
+    subscribes,
 )
 
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
@@ -46,12 +49,6 @@ class Registration:
     created: bool
     attempt: Attempt | None = None
     claim_error: errors.DomainError | None = None
-
-
-def _principal_user(principal: str) -> Any:
-    """The person the principal names at registration (shown on the operation); who is
-    barred from deciding is judged again at each decision (``access.barred_user_ids``)."""
-    return get_user_model().objects.filter(pk__in=access.principal_user_ids(principal)).first()
 
 
 def _freeze(version: ToolVersion, arguments: Any) -> Any:
@@ -131,6 +128,116 @@ def _check_run_budgets(run: Run, *, turn: int | None, now: datetime) -> None:
         )
 
 
+@dataclass(frozen=True)
+class _Intent:
+    """What a registration means, worked out before its transaction: no lock is held
+    while arguments are validated and hashed."""
+
+    run: Run
+    tool: Tool
+    version: ToolVersion
+    frozen: Any
+    digest: str
+    policy: Any
+    previous: Operation | None
+
+
+def _context(*, runner: Runner, run_id: str, tool_name: str) -> tuple[Run, Tool | None]:
+    """The runner's run and the tool with its active version: one read.
+
+    Only what a registration needs is loaded; the run's budgets are checked and counted
+    by the conditional UPDATE at the end of the transaction (``_run_count``).
+    """
+    sql = (
+        "SELECT r.principal, r.principal_user_id, t.name, t.active_version_id, t.owner_id, "
+        "t.breaker_state, v.tool_id, v.number, v.contract, v.contract_hash "
+        "FROM operations_run r "
+        "LEFT JOIN operations_tool t ON t.name = %s "
+        "LEFT JOIN operations_toolversion v ON v.id = t.active_version_id "
+        "WHERE r.id = %s AND r.runner_id = %s"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [tool_name, run_id, runner.pk])
+        row = cursor.fetchone()
+    if row is None:
+        raise errors.NotFound(f"No run {run_id!r}.")
+    principal, principal_user_id, name, version_id, owner_id, breaker_state, *version = row
+    alias = connection.alias
+    run = Run.from_db(
+        alias,
+        ["id", "runner_id", "principal", "principal_user_id"],
+        [run_id, runner.pk, principal, principal_user_id],
+    )
+    if name is None:
+        return run, None
+    tool = Tool.from_db(
+        alias,
+        ["name", "active_version_id", "owner_id", "breaker_state"],
+        [name, version_id, owner_id, breaker_state],
+    )
+    if version_id is not None:
+        tool_id, number, contract, contract_hash = version
+        contract = ToolVersion._meta.get_field("contract").from_db_value(contract, None, connection)
+        tool.active_version = ToolVersion.from_db(
+            alias,
+            ["id", "tool_id", "number", "contract", "contract_hash"],
+            [version_id, tool_id, number, contract, contract_hash],
+        )
+    return run, tool
+
+
+def _intent(
+    *,
+    runner: Runner,
+    run: Run,
+    tool: Tool | None,
+    tool_name: str,
+    arguments: Any,
+    approval: dict[str, Any] | None,
+    retry_of: str | None,
+) -> _Intent:
+    """Refusals in api.md's order: unknown tool, retry target, permission, arguments."""
+    if tool is None or tool.active_version is None:
+        raise errors.UnknownTool(f"No tool named {tool_name!r} is registered.")
+    previous = _retry_target(runner=runner, tool=tool, operation_id=retry_of) if retry_of else None
+    if not access.runner_may_invoke(runner, tool):
+        raise errors.ToolForbidden(f"Runner {runner.name} may not invoke {tool.name}.")
+    version = tool.active_version
+    frozen = _freeze(version, arguments)
+    policy = evaluate_policy(
+        version.contract["approval"],
+        frozen,
+        runner_requested=bool(approval and approval.get("require")),
+        runner_reason=(approval or {}).get("reason"),
+    )
+    return _Intent(
+        run=run,
+        tool=tool,
+        version=version,
+        frozen=frozen,
+        digest=intent_hash(tool=tool.name, arguments=frozen, principal=run.principal),
+        policy=policy,
+        previous=previous,
+    )
+
+
+def _existing(*, runner: Runner, operation_key: str) -> Operation | None:
+    return (
+        Operation.objects.select_related("tool_version")
+        .filter(runner=runner, operation_key=operation_key)
+        .first()
+    )
+
+
+def _replayed(
+    existing: Operation, *, tool_name: str, arguments: Any, principal: str
+) -> Registration:
+    return Registration(
+        operation=_replay(existing, tool_name=tool_name, arguments=arguments, principal=principal),
+        created=False,
+    )
+
+
 def operation_register(
     *,
     runner: Runner,
@@ -147,132 +254,247 @@ def operation_register(
 ) -> Registration:
     """Register one intended side effect, or return the one already registered.
 
-    1. Resolve the run (the runner's own) and the tool's active contract version.
-    2. A known ``operation_key`` answers the same operation when the intent is the same
-       and ``intent_mismatch`` otherwise, before any budget is consulted: a runner that
-       crashed after registering must get its operation back.
-    3. Check invoke permission, validate and freeze the arguments, hash the intent.
-    4. Under the run's row lock: check the run's budgets, insert the operation (the
-       unique key settles races between runs), count the tool call, evaluate the
-       approval policy, append the events, and claim the first attempt if asked.
+    1. Read the runner's run and the tool's active version (one statement).
+    2. Check invoke permission, validate and freeze the arguments, hash the intent, and
+       evaluate the approval policy, all before the transaction. A refusal here first
+       looks for the ``operation_key``: a runner that crashed after registering gets
+       its operation back whatever changed since.
+    3. In one transaction: insert the operation (``ON CONFLICT DO NOTHING``: a known
+       ``operation_key`` answers the same operation when the intent is the same and
+       ``intent_mismatch`` otherwise, before any budget is consulted), then take the
+       run's budgets with one conditional UPDATE, last, so that registrations in one
+       run hold its row only for the end of their transactions.
+
+    The common case (no approval, no retry link, no webhook subscriber for the
+    operation's first states, no open breaker) is ``_register_lean``: the operation is
+    inserted already ``executing`` when claimed inline, its events in one INSERT, and
+    the answer is built from what was written. Anything else is ``_register_full``,
+    the general path through ``transition`` and ``claim_locked``.
     """
-
-    run = run_get_for_runner(runner=runner, run_id=run_id)
-    existing = (
-        Operation.objects.select_related("tool_version")
-        .filter(runner=runner, operation_key=operation_key)
-        .first()
-    )
-    if existing is not None:
-        return Registration(
-            operation=_replay(
-                existing, tool_name=tool_name, arguments=arguments, principal=run.principal
-            ),
-            created=False,
+    run, tool = _context(runner=runner, run_id=run_id, tool_name=tool_name)
+    try:
+        intent = _intent(
+            runner=runner,
+            run=run,
+            tool=tool,
+            tool_name=tool_name,
+            arguments=arguments,
+            approval=approval,
+            retry_of=retry_of,
         )
-    tool = Tool.objects.select_related("active_version").filter(pk=tool_name).first()
-    if tool is None or tool.active_version is None:
-        raise errors.UnknownTool(f"No tool named {tool_name!r} is registered.")
-    previous = _retry_target(runner=runner, tool=tool, operation_id=retry_of) if retry_of else None
-    if not access.runner_may_invoke(runner, tool):
-        raise errors.ToolForbidden(f"Runner {runner.name} may not invoke {tool.name}.")
-    version = tool.active_version
-    frozen = _freeze(version, arguments)
-    digest = intent_hash(tool=tool.name, arguments=frozen, principal=run.principal)
-    contract = version.contract
-    wants_approval = bool(approval and approval.get("require"))
-    policy = evaluate_policy(
-        contract["approval"],
-        frozen,
-        runner_requested=wants_approval,
-        runner_reason=(approval or {}).get("reason"),
-    )
-    actor = Actor.of_runner(runner)
+    except errors.DomainError:
+        existing = _existing(runner=runner, operation_key=operation_key)
+        if existing is None:
+            raise
+        return _replayed(
+            existing, tool_name=tool_name, arguments=arguments, principal=run.principal
+        )
 
+    actor = Actor.of_runner(runner)
     with transaction.atomic(durable=True):
-        run = Run.objects.select_for_update().get(pk=run.pk)
         now = timezone.now()
-        _check_run_budgets(run, turn=turn, now=now)
+        contract = intent.version.contract
         deadline_s = contract["retry"]["deadline_s"]
         op = Operation(
             runner=runner,
             run=run,
-            tool=tool,
-            tool_version=version,
+            tool=intent.tool,
+            tool_version=intent.version,
             effect_class=contract["effect_class"],
             call_id=call_id,
             operation_key=operation_key,
-            arguments=frozen,
-            intent_hash=digest,
+            arguments=intent.frozen,
+            intent_hash=intent.digest,
             principal=run.principal,
-            principal_user=_principal_user(run.principal),
-            status=Status.AWAITING_APPROVAL if policy.required else Status.READY,
+            principal_user_id=run.principal_user_id,
+            status=Status.AWAITING_APPROVAL if intent.policy.required else Status.READY,
             deadline_at=now + timedelta(seconds=deadline_s) if deadline_s else None,
-            concurrency_value=_concurrency_value(contract, frozen),
+            concurrency_value=_concurrency_value(contract, intent.frozen),
             turn=turn,
             status_changed_at=now,
-            previous=previous,
+            previous=intent.previous,
             traceparent=traceparent if TRACEPARENT.match(traceparent) else "",
         )
-        try:
-            with transaction.atomic():
-                op.save(force_insert=True)
-        except IntegrityError:
-            existing = Operation.objects.select_related("tool_version").get(
-                runner=runner, operation_key=operation_key
+        data = {
+            "tool": intent.tool.name,
+            "tool_version": intent.version.number,
+            "operation_key": operation_key,
+            "call_id": call_id,
+            "intent_hash": intent.digest,
+            "turn": turn,
+            "retry_of": intent.previous.id if intent.previous else None,
+        }
+        lean = (
+            not intent.policy.required
+            and intent.previous is None
+            and intent.tool.breaker_state == Tool.BreakerState.CLOSED
+            and not subscribes(runner, f"operation.{Status.READY}")
+            and not (
+                claim_lease_s is not None and subscribes(runner, f"operation.{Status.EXECUTING}")
             )
-            return Registration(
-                operation=_replay(
-                    existing, tool_name=tool_name, arguments=arguments, principal=run.principal
-                ),
-                created=False,
-            )
-        Run.objects.filter(pk=run.pk).update(
-            tool_calls=F("tool_calls") + 1,
-            turns=max(run.turns, turn or 0),
-            updated_at=now,
         )
-        event_append(
-            stream=op.id,
-            kind="registered",
-            actor=actor,
-            operation=op,
-            to_status=op.status,
-            data={
-                "tool": tool.name,
-                "tool_version": version.number,
-                "operation_key": operation_key,
-                "call_id": call_id,
-                "intent_hash": digest,
-                "turn": turn,
-                "retry_of": previous.id if previous else None,
+        if lean:
+            registration = _register_lean(
+                op, actor=actor, data=data, claim_lease_s=claim_lease_s, now=now
+            )
+            if registration is None:  # the concurrency key's index refused it executing
+                op.status, op.attempts, op.lease_until = Status.READY, 0, None
+                op.event_seq, op.event_head = 0, ""
+                registration = _register_full(
+                    op, intent=intent, actor=actor, data=data, claim_lease_s=claim_lease_s, now=now
+                )
+        else:
+            registration = _register_full(
+                op, intent=intent, actor=actor, data=data, claim_lease_s=claim_lease_s, now=now
+            )
+        if not registration.created:
+            return _replayed(
+                registration.operation,
+                tool_name=tool_name,
+                arguments=arguments,
+                principal=run.principal,
+            )
+        _run_count(run, turn=turn, now=now)
+    return registration
+
+
+def _run_count(run: Run, *, turn: int | None, now: datetime) -> None:
+    """Count the tool call against the run's budgets, or refuse the registration.
+
+    One conditional UPDATE, the transaction's last statement before COMMIT, so the run's
+    row is held only from here to the commit. No row: something the UPDATE checks
+    failed; the run is read to say which (and the operation inserted before is rolled
+    back with the refusal).
+    """
+    turn_value = turn or 0
+    stamp = db_datetime(now)
+    sql = (
+        "UPDATE operations_run SET tool_calls = tool_calls + 1, "
+        "turns = CASE WHEN turns < %s THEN %s ELSE turns END, updated_at = %s "
+        "WHERE id = %s AND status = %s "
+        "AND (deadline_at IS NULL OR deadline_at > %s) "
+        "AND (max_tool_calls IS NULL OR tool_calls < max_tool_calls) "
+        "AND (max_spend IS NULL OR spend < max_spend) "
+        "AND (max_turns IS NULL OR %s <= max_turns)"
+    )
+    params = [turn_value, turn_value, stamp, run.pk, Run.RunStatus.ACTIVE, stamp, turn_value]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        counted = cursor.rowcount == 1
+    if not counted:
+        _check_run_budgets(Run.objects.get(pk=run.pk), turn=turn, now=now)
+        raise errors.RunNotActive(f"Run {run.pk} cannot take another tool call.")
+
+
+def _register_lean(
+    op: Operation,
+    *,
+    actor: Actor,
+    data: dict[str, Any],
+    claim_lease_s: int | None,
+    now: datetime,
+) -> Registration | None:
+    """Insert the operation as it ends the request (``executing`` when claimed), then
+    its attempt and its events (one multi-row INSERT); no row is read back.
+
+    None when the concurrency key's partial unique index refused the operation as
+    ``executing`` (another operation on the same resource holds it): the caller
+    registers it ``ready`` on the general path, whose claim answers the conflict.
+    """
+    registered = event_build(
+        stream=op.id,
+        seq=1,
+        prev_hash=GENESIS_HASH,
+        kind="registered",
+        actor=actor,
+        operation=op,
+        to_status=Status.READY,
+        data=data,
+        now=now,
+    )
+    events = [registered]
+    attempt = None
+    if claim_lease_s is not None:
+        lease_until = now + timedelta(seconds=claim_lease_s)
+        op.status, op.attempts, op.lease_until = Status.EXECUTING, 1, lease_until
+        attempt = Attempt(operation=op, number=1, claimed_at=now, lease_until=lease_until)
+        events.append(
+            event_build(
+                stream=op.id,
+                seq=2,
+                prev_hash=registered.hash,
+                kind="claimed",
+                actor=actor,
+                operation=op,
+                from_status=Status.READY,
+                to_status=Status.EXECUTING,
+                data={"attempt": 1, "lease_until": lease_until},
+                now=now,
+            )
+        )
+    op.event_seq, op.event_head = len(events), events[-1].hash
+    if not insert_unless_conflict(op):
+        existing = _existing(runner=op.runner, operation_key=op.operation_key)
+        if existing is not None:
+            return Registration(operation=existing, created=False)
+        return None
+    insert_all(*([attempt] if attempt is not None else []), *events)
+    # Nothing else is written: the answer's approval is known to be none.
+    op._prefetched_objects_cache = {"approval_requests": []}
+    return Registration(operation=op, created=True, attempt=attempt)
+
+
+def _register_full(
+    op: Operation,
+    *,
+    intent: _Intent,
+    actor: Actor,
+    data: dict[str, Any],
+    claim_lease_s: int | None,
+    now: datetime,
+) -> Registration:
+    """The general path: approval requests, retry links, webhooks, breakers."""
+    if not insert_unless_conflict(op):
+        existing = _existing(runner=op.runner, operation_key=op.operation_key)
+        if existing is None:
+            raise errors.IntentMismatch(
+                f"operation_key {op.operation_key!r} could not be registered.",
+            )
+        return Registration(operation=existing, created=False)
+    event_append(
+        stream=op.id,
+        kind="registered",
+        actor=actor,
+        operation=op,
+        to_status=op.status,
+        data=data,
+        now=now,
+    )
+    policy = intent.policy
+    if policy.required:
+        request = approval_request_open(
+            op,
+            reason=policy.reason,
+            context={
+                "matched_rules": policy.matched_rules,
+                "policy_mode": policy.mode,
+                "runner_reason": policy.runner_reason,
             },
             now=now,
         )
-        if policy.required:
-            request = approval_request_open(
-                op,
-                reason=policy.reason,
-                context={
-                    "matched_rules": policy.matched_rules,
-                    "policy_mode": policy.mode,
-                    "runner_reason": policy.runner_reason,
-                },
-                now=now,
-            )
-            record(
-                op,
-                kind="approval_requested",
-                actor=actor,
-                now=now,
-                data={"approval": request.id, "reason": request.reason},
-            )
-        outbox_enqueue(op=op, event_type=f"operation.{op.status}", now=now)
-        registration = Registration(operation=op, created=True)
-        if claim_lease_s is not None and op.status == Status.READY:
-            result = claim_locked(op, runner=runner, lease_s=claim_lease_s, now=now)
-            if isinstance(result, errors.DomainError):
-                registration.claim_error = result
-            else:
-                registration.attempt = result
+        record(
+            op,
+            kind="approval_requested",
+            actor=actor,
+            now=now,
+            data={"approval": request.id, "reason": request.reason},
+        )
+    outbox_enqueue(op=op, event_type=f"operation.{op.status}", now=now)
+    registration = Registration(operation=op, created=True)
+    if claim_lease_s is not None and op.status == Status.READY:
+        result = claim_locked(op, runner=op.runner, lease_s=claim_lease_s, now=now)
+        if isinstance(result, errors.DomainError):
+            registration.claim_error = result
+        else:
+            registration.attempt = result
     return registration

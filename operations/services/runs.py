@@ -37,6 +37,7 @@ def run_create(
         run = Run.objects.create(
             runner=runner,
             principal=principal,
+            principal_user_id=min(access.principal_user_ids(principal), default=None),
             external_id=external_id,
             max_tool_calls=budgets.get("max_tool_calls"),
             max_turns=budgets.get("max_turns"),

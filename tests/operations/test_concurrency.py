@@ -115,3 +115,38 @@ def test_concurrent_claims_on_one_concurrency_key_let_one_through(live_server):
     assert sorted(code for code, _ in results) == [201] + [409] * 9
     assert {b["code"] for code, b in results if code == 409} == {"concurrency_conflict"}
     assert Operation.objects.filter(status="executing").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_registrations_in_one_run_spend_its_budget_exactly(live_server):
+    """The run's budget is taken by a conditional UPDATE at the end of each registration's
+    transaction, no lock held before it: under twenty racing registrations (each claiming
+    inline) exactly the budget's worth are created, and the run counts exactly them."""
+    api = make_runner()
+    api.tool("t")
+    budget = 7
+    run = api.run(max_tool_calls=budget)
+    bodies = [
+        {
+            "run": run,
+            "tool": "t",
+            "operation_key": f"order-{i}:refund",
+            "arguments": {"payment_id": f"pay_{i}", "amount_cents": 500},
+            "claim": {"lease_s": 60},
+        }
+        for i in range(THREADS)
+    ]
+    results = _all_at_once(live_server, api.token, "POST", "/api/v1/operations", bodies)
+    codes = sorted(code for code, _ in results)
+    assert codes == [201] * budget + [409] * (THREADS - budget)
+    assert {b["code"] for code, b in results if code == 409} == {"budget_exhausted"}
+    assert all(b["status"] == "executing" for code, b in results if code == 201)
+    assert Run.objects.get(pk=run).tool_calls == budget
+    assert Operation.objects.filter(run_id=run).count() == budget
+    assert Attempt.objects.filter(operation__run_id=run).count() == budget
+    # Each created operation has its two events, chained, and its head on its row.
+    for op in Operation.objects.filter(run_id=run):
+        events = list(Event.objects.filter(stream=op.id).order_by("seq"))
+        assert [e.kind for e in events] == ["registered", "claimed"]
+        assert events[1].prev_hash == events[0].hash
+        assert (op.event_seq, op.event_head) == (2, events[1].hash)

@@ -2,7 +2,6 @@
 
 import contextlib
 
-import pgtrigger
 import pytest
 from django.db import DatabaseError, connection, transaction
 from guardian.shortcuts import assign_perm
@@ -11,7 +10,7 @@ from approvals.models import Decision
 from console import accounts
 from operations import audit, services
 from operations.models import Event, Operation, Resolution, ResolutionReview, Tool
-from operations.triggers import APPEND_ONLY_MODELS, trigger_uris
+from operations.triggers import APPEND_ONLY_MODELS, ignored, trigger_uris
 from tests.approvals.conftest import person
 from tests.conftest import contract
 
@@ -24,7 +23,7 @@ def tampering():
 
     On PostgreSQL the append-only triggers are ignored for this thread; SQLite has none.
     """
-    with pgtrigger.ignore(*trigger_uris()):
+    with ignored(*trigger_uris()):
         yield
 
 

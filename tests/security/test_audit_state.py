@@ -9,7 +9,6 @@ import contextlib
 from datetime import timedelta
 from io import StringIO
 
-import pgtrigger
 import pytest
 import time_machine
 from django.apps import apps
@@ -23,7 +22,7 @@ from approvals.models import ApprovalRequest, Decision, Grant
 from operations import audit, services
 from operations.errors import NotUnknown
 from operations.models import Event, Operation, Resolution, Run, Tool
-from operations.triggers import APPEND_ONLY_MODELS, trigger_uris, truncate_trigger_uris
+from operations.triggers import APPEND_ONLY_MODELS, ignored, trigger_uris, truncate_trigger_uris
 from tests.approvals.conftest import person
 from tests.conftest import contract, make_runner
 
@@ -44,7 +43,7 @@ def _sql(statement: str, params: list) -> None:
 @contextlib.contextmanager
 def tampering():
     """What a database owner could do: bypass every audit trigger (SQLite has none)."""
-    with pgtrigger.ignore(*trigger_uris(), *truncate_trigger_uris()):
+    with ignored(*trigger_uris(), *truncate_trigger_uris()):
         yield
 
 

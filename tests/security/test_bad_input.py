@@ -303,16 +303,23 @@ def test_nfc_and_nfd_spellings_are_the_same_intent(api):
     assert again.json()["id"] == first["id"]
 
 
-def test_a_refused_request_leaves_no_half_written_run(api, monkeypatch):
+@pytest.mark.parametrize(
+    "step",
+    [
+        "insert_all",  # after the operation row: its attempt and events
+        "_run_count",  # after every row: the run's budget, the last statement
+    ],
+)
+def test_a_refused_request_leaves_no_half_written_run(api, monkeypatch, step):
     """Atomicity: a failure after the first write of a request rolls every write back."""
     api.tool("t")
     run = api.run()
     before = ledger_state()
 
     def fail_after_writing(*args, **kwargs):
-        raise RuntimeError("the event could not be written")
+        raise RuntimeError("the write could not be made")
 
-    monkeypatch.setattr(services.core, "outbox_enqueue", fail_after_writing)
+    monkeypatch.setattr(services.registration, step, fail_after_writing)
     response = api.post(
         "/api/v1/operations",
         {

@@ -198,7 +198,7 @@ class Demo:
     def outcome(self, op: Operation, number: int, **body: Any) -> Operation:
         assert self.runner is not None
         return services.attempt_record_outcome(
-            operation=op, number=number, body=body, runner=self.runner
+            operation_id=op.pk, number=number, body=body, runner=self.runner
         )
 
     def request_id(self, op: Operation) -> str:

@@ -6,22 +6,19 @@ so that SQL sent with the application's credentials cannot empty them; emptying 
 whole database on purpose from the application's own command line stays possible.
 """
 
-import pgtrigger
 from django.core.management.commands import flush
 from django.core.management.sql import emit_post_migrate_signal
 
-from operations.triggers import truncate_trigger_uris
+from operations.triggers import ignored, truncate_trigger_uris
 
 
 class Command(flush.Command):
     def handle(self, **options):
         database = options["database"]
-        # post_migrate (which reinstalls the triggers) runs after the ignore has ended:
-        # pgtrigger.ignore prefixes every statement with a parameterized set_config, and
-        # the triggers' installation SQL, which contains '%', cannot take parameters.
+        # post_migrate (which reinstalls the triggers) runs after the ignore has ended.
         # When an interactive flush is cancelled, post_migrate still runs; everything it
         # does (permissions, content types, triggers) is idempotent.
-        with pgtrigger.ignore(*truncate_trigger_uris(), databases=[database]):
+        with ignored(*truncate_trigger_uris(), database=database):
             super().handle(**{**options, "inhibit_post_migrate": True})
         if not options.get("inhibit_post_migrate", False):
             emit_post_migrate_signal(options["verbosity"], options["interactive"], database)
