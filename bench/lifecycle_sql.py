@@ -6,22 +6,17 @@ statement by statement, what those two requests make the service send (captured 
 the bench's gunicorn counter, ``bench.gunicorn_conf``; ``make bench`` prints both
 counts, so a change in the service that the replica misses shows up):
 
-- every request: the connection health check (``SELECT 1``, ``CONN_HEALTH_CHECKS``),
-  the bearer token's lookup (with the token cache, where it exists: the token
-  generation's read instead of both); after the commit, the operation and its approval
-  requests for the response body;
-- register and claim: the run, the ``operation_key`` replay check, the tool and its
-  active contract, then one transaction: the run's row lock, the principal's user, the
-  insert (in a savepoint), the run's tool-call count, the event chain's last hash and
-  the ``registered`` event, the runner's webhook endpoints (the outbox check), the
-  latest approval request, then in a savepoint the attempt insert, the operation
-  update, the ``claimed`` event with its chain read and outbox check;
-- outcome: the operation and its approval requests (the access check), then one
-  transaction: the operation's lock, the attempt's lock, both updates, the event with
-  its chain read, the outbox check.
+- every request: the token generation's read (the token cache's question, in place of
+  the connection health check; the replica's token is always remembered);
+- register and claim: one read of the run, the tool and its active contract, then one
+  transaction: the operation inserted already executing (``ON CONFLICT DO NOTHING``),
+  its attempt and its two events in one statement, the run's budgets taken last by a
+  conditional UPDATE;
+- outcome: one transaction: the locking read of the runner's operation and attempt
+  (the access check is its filter), the attempt's and the operation's UPDATEs (the
+  columns that change, the event chain's head among them) and the event.
 
-Django's operation UPDATE sets all 32 columns; the replica's sets those that change,
-which writes the same row version. What the replica leaves out is what makes the API
+What the replica leaves out is what makes the API
 an API: HTTP, middleware, authentication, JSON parsing and schema validation,
 serialization, the contract and state-machine code in Python, the ORM.
 """
@@ -187,33 +182,21 @@ class SqlRunner(Statements):
         ).fetchone()
         return row[0]
 
-    def _operation_for_response(self, op_id: str, runner_id: str | None = None) -> None:
-        # The access check reads the runner's own operation; the response any.
-        self._x(
-            "SELECT o.*, r.*, v.* FROM operations_operation o "
-            "JOIN operations_run r ON r.id = o.run_id "
-            "JOIN operations_toolversion v ON v.id = o.tool_version_id "
-            "WHERE o.id = %s AND (%s::text IS NULL OR o.runner_id = %s) LIMIT 21",
-            (op_id, runner_id, runner_id),
-        ).fetchone()
-        self._x(
-            "SELECT a.*, g.* FROM approvals_approvalrequest a "
-            "LEFT JOIN approvals_grant g ON g.request_id = a.id "
-            "WHERE a.operation_id IN (%s) ORDER BY a.created_at",
-            (op_id,),
-        ).fetchall()
-
-    def _append_event(
-        self, op_id: str, run_id: str, kind: str, source: str, target: str, runner_id: str
-    ) -> None:
-        last = self._x(
-            "SELECT seq, hash FROM operations_event WHERE stream = %s ORDER BY seq DESC LIMIT 1",
-            (op_id,),
-        ).fetchone()
-        seq, prev = (last[0] + 1, last[1]) if last else (1, "0" * 64)
-        now = datetime.now(UTC)
+    def _event_row(
+        self,
+        op_id: str,
+        run_id: str,
+        runner_id: str,
+        *,
+        seq: int,
+        prev: str,
+        kind: str,
+        source: str,
+        target: str,
+        now: datetime,
+    ) -> dict[str, Any]:
         data = json.dumps({"kind": kind, "at": now.isoformat()})
-        columns = {
+        return {
             "stream": op_id,
             "seq": seq,
             "kind": kind,
@@ -230,11 +213,6 @@ class SqlRunner(Statements):
             "hash": _hash(op_id, seq, kind, source, target, now, data, prev),
             **self.extra_event,
         }
-        self._insert("operations_event", columns, returning="id").fetchone()
-        self._x(
-            "SELECT * FROM operations_webhookendpoint WHERE is_active AND runner_id = %s",
-            (runner_id,),
-        ).fetchall()
 
     # --- the two requests -----------------------------------------------------------------
 
@@ -242,128 +220,147 @@ class SqlRunner(Statements):
         self, *, run_id: str, key: str, arguments: dict[str, Any], lease_s: int = 30
     ) -> tuple[str, int]:
         runner_id = self._request()
-        self._x(
-            "SELECT * FROM operations_run WHERE id = %s AND runner_id = %s ORDER BY id LIMIT 1",
-            (run_id, runner_id),
-        ).fetchone()
-        self._x(
-            "SELECT * FROM operations_operation o "
-            "JOIN operations_toolversion v ON v.id = o.tool_version_id "
-            "WHERE o.operation_key = %s AND o.runner_id = %s ORDER BY o.id LIMIT 1",
-            (key, runner_id),
-        ).fetchone()
-        version_id = self._x(
-            "SELECT v.id, t.*, v.* FROM operations_tool t "
+        principal, version_id = self._x(
+            "SELECT r.principal, v.id, r.principal_user_id, t.name, t.active_version_id, "
+            "t.owner_id, t.breaker_state, v.tool_id, v.number, v.contract, v.contract_hash "
+            "FROM operations_run r LEFT JOIN operations_tool t ON t.name = %s "
             "LEFT JOIN operations_toolversion v ON v.id = t.active_version_id "
-            "WHERE t.name = %s ORDER BY t.name LIMIT 1",
-            (self.tool,),
-        ).fetchone()[0]
+            "WHERE r.id = %s AND r.runner_id = %s",
+            (self.tool, run_id, runner_id),
+        ).fetchone()[:2]
         op_id = new_id("op")
+        now = datetime.now(UTC)
+        frozen = json.dumps(arguments, sort_keys=True)
+        lease_until = now + timedelta(seconds=lease_s)
+        registered = self._event_row(
+            op_id,
+            run_id,
+            runner_id,
+            seq=1,
+            prev="0" * 64,
+            kind="registered",
+            source="",
+            target="ready",
+            now=now,
+        )
+        claimed = self._event_row(
+            op_id,
+            run_id,
+            runner_id,
+            seq=2,
+            prev=registered["hash"],
+            kind="claimed",
+            source="ready",
+            target="executing",
+            now=now,
+        )
         with self._transaction():
-            principal = self._x(
-                "SELECT principal, * FROM operations_run WHERE id = %s LIMIT 21 FOR UPDATE",
-                (run_id,),
-            ).fetchone()[0]
+            row = {
+                **new_operation_row(
+                    op_id=op_id,
+                    runner_id=runner_id,
+                    run_id=run_id,
+                    tool=self.tool,
+                    version_id=version_id,
+                    key=key,
+                    arguments=frozen,
+                    intent_hash=_hash(self.tool, frozen, principal),
+                    principal=principal,
+                    now=now,
+                ),
+                **self.extra_op,
+                "status": "executing",
+                "attempts": 1,
+                "lease_until": lease_until,
+                "event_seq": 2,
+                "event_head": claimed["hash"],
+            }
+            names = ", ".join(row)
+            marks = ", ".join(["%s"] * len(row))
             self._x(
-                "SELECT id, username FROM auth_user WHERE UPPER(username::text) = UPPER(%s)",
-                (principal.removeprefix("user:"),),
-            ).fetchall()
-            now = datetime.now(UTC)
-            frozen = json.dumps(arguments, sort_keys=True)
-            with self._transaction():  # the savepoint around the insert
-                self._insert(
-                    "operations_operation",
-                    {
-                        **new_operation_row(
-                            op_id=op_id,
-                            runner_id=runner_id,
-                            run_id=run_id,
-                            tool=self.tool,
-                            version_id=version_id,
-                            key=key,
-                            arguments=frozen,
-                            intent_hash=_hash(self.tool, frozen, principal),
-                            principal=principal,
-                            now=now,
-                        ),
-                        **self.extra_op,
-                    },
-                )
-            self._x(
-                "UPDATE operations_run SET tool_calls = tool_calls + 1, turns = turns, "
-                "updated_at = %s WHERE id = %s",
-                (now, run_id),
+                f"INSERT INTO operations_operation ({names}) VALUES ({marks}) "  # noqa: S608
+                "ON CONFLICT DO NOTHING",
+                list(row.values()),
             )
-            self._append_event(op_id, run_id, "registered", "", "ready", runner_id)
-            # The inline claim, in the same transaction.
+            attempt = {
+                "id": new_id("att"),
+                "operation_id": op_id,
+                "number": 1,
+                "status": "executing",
+                "claimed_at": now,
+                "lease_until": lease_until,
+                "outcome_code": "",
+                "not_applied": False,
+            }
+            event_names = ", ".join(registered)
+            event_marks = "(" + ", ".join(["%s"] * len(registered)) + ")"
             self._x(
-                "SELECT a.*, g.* FROM approvals_approvalrequest a "
-                "LEFT JOIN approvals_grant g ON g.request_id = a.id "
-                "WHERE a.operation_id = %s ORDER BY a.created_at DESC, a.id DESC LIMIT 1",
-                (op_id,),
-            ).fetchone()
-            lease_until = now + timedelta(seconds=lease_s)
-            with self._transaction():
-                self._insert(
-                    "operations_attempt",
-                    {
-                        "id": new_id("att"),
-                        "operation_id": op_id,
-                        "number": 1,
-                        "status": "executing",
-                        "claimed_at": now,
-                        "lease_until": lease_until,
-                        "outcome_code": "",
-                        "not_applied": False,
-                    },
-                )
-                self._x(
-                    "UPDATE operations_operation SET status = 'executing', attempts = 1, "
-                    "lease_until = %s, not_before = NULL, status_changed_at = %s, "
-                    "updated_at = %s WHERE id = %s",
-                    (lease_until, now, now, op_id),
-                )
-                self._append_event(op_id, run_id, "claimed", "ready", "executing", runner_id)
-        self._operation_for_response(op_id)
+                f"WITH w0 AS (INSERT INTO operations_attempt ({', '.join(attempt)}) "  # noqa: S608
+                f"VALUES ({', '.join(['%s'] * len(attempt))})) "
+                f"INSERT INTO operations_event ({event_names}) VALUES {event_marks}, {event_marks}",
+                [*attempt.values(), *registered.values(), *claimed.values()],
+            )
+            self._x(
+                "UPDATE operations_run SET tool_calls = tool_calls + 1, "
+                "turns = CASE WHEN turns < %s THEN %s ELSE turns END, updated_at = %s "
+                "WHERE id = %s AND status = %s AND (deadline_at IS NULL OR deadline_at > %s) "
+                "AND (max_tool_calls IS NULL OR tool_calls < max_tool_calls) "
+                "AND (max_spend IS NULL OR spend < max_spend) "
+                "AND (max_turns IS NULL OR %s <= max_turns)",
+                (0, 0, now, run_id, "active", now, 0),
+            )
         return op_id, 1
-
-    def _lock(self, op_id: str) -> tuple:
-        return self._x(
-            "SELECT o.status, o.attempts, o.run_id, o.*, n.*, r.*, t.*, v.*, av.* "
-            "FROM operations_operation o "
-            "JOIN operations_runner n ON n.id = o.runner_id "
-            "JOIN operations_run r ON r.id = o.run_id "
-            "JOIN operations_tool t ON t.name = o.tool_id "
-            "JOIN operations_toolversion v ON v.id = o.tool_version_id "
-            "LEFT JOIN operations_toolversion av ON av.id = t.active_version_id "
-            "WHERE o.id = %s LIMIT 21 FOR UPDATE OF o",
-            (op_id,),
-        ).fetchone()
 
     def outcome(self, op_id: str, number: int, body: dict[str, Any]) -> None:
         runner_id = self._request()
-        self._operation_for_response(op_id, runner_id)  # the access check
         with self._transaction():
-            row = self._lock(op_id)
-            run_id = row[2]
-            attempt_id = self._x(
-                "SELECT id FROM operations_attempt WHERE number = %s AND operation_id = %s "
-                "ORDER BY operation_id, number LIMIT 1 FOR UPDATE",
-                (number, op_id),
-            ).fetchone()[0]
+            row = self._x(
+                "SELECT o.run_id, o.event_seq, o.event_head, a.id, o.*, a.*, v.*, t.*, av.*, "
+                "EXISTS (SELECT 1 FROM approvals_approvalrequest r WHERE r.operation_id = o.id) "
+                "FROM operations_attempt a "
+                "JOIN operations_operation o ON o.id = a.operation_id "
+                "JOIN operations_toolversion v ON v.id = o.tool_version_id "
+                "JOIN operations_tool t ON t.name = o.tool_id "
+                "LEFT JOIN operations_toolversion av ON av.id = t.active_version_id "
+                "WHERE a.operation_id = %s AND a.number = %s AND o.runner_id = %s "
+                "FOR UPDATE OF a, o",
+                (op_id, number, runner_id),
+            ).fetchone()
+            run_id, seq, head, attempt_id = row[:4]
             now = datetime.now(UTC)
             self._x(
-                "UPDATE operations_attempt SET status = 'succeeded', outcome = %s, "
-                "outcome_code = '', closed_at = %s WHERE id = %s",
-                (json.dumps(body), now, attempt_id),
+                "UPDATE operations_attempt SET status = %s, outcome = %s, "
+                "outcome_code = %s, closed_at = %s WHERE id = %s",
+                ("succeeded", json.dumps(body), "", now, attempt_id),
             )
+            event = self._event_row(
+                op_id,
+                run_id,
+                runner_id,
+                seq=seq + 1,
+                prev=head,
+                kind="outcome",
+                source="executing",
+                target="succeeded",
+                now=now,
+            )
+            self._insert("operations_event", event)
             self._x(
-                "UPDATE operations_operation SET status = 'succeeded', lease_until = NULL, "
-                "downstream_id = %s, status_changed_at = %s, updated_at = %s WHERE id = %s",
-                (body.get("downstream_id", ""), now, now, op_id),
+                "UPDATE operations_operation SET status = %s, status_changed_at = %s, "
+                "lease_until = NULL, updated_at = %s, event_seq = %s, event_head = %s, "
+                "result = NULL, downstream_id = %s, error_code = '', error_detail = '', "
+                "unknown_sticky = false, next_probe_at = NULL, snoozed_until = NULL "
+                "WHERE id = %s",
+                (
+                    "succeeded",
+                    now,
+                    now,
+                    seq + 1,
+                    event["hash"],
+                    body.get("downstream_id", ""),
+                    op_id,
+                ),
             )
-            self._append_event(op_id, run_id, "outcome", "executing", "succeeded", runner_id)
-        self._operation_for_response(op_id)
 
 
 OP_COLUMNS = {

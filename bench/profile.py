@@ -43,6 +43,12 @@ def main() -> None:
     parser.add_argument("--lifecycles", type=int, default=300)
     parser.add_argument("--top", type=int, default=35)
     parser.add_argument("--database", default="effectgate_profile")
+    parser.add_argument("--save", help="write the raw profile here (pstats format)")
+    parser.add_argument(
+        "--no-profile",
+        action="store_true",
+        help="only the app CPU per lifecycle, without cProfile's own overhead",
+    )
     args = parser.parse_args()
 
     base = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres"
@@ -102,6 +108,14 @@ def main() -> None:
         lifecycle(-100)
     statements = [q["sql"] for q in queries.captured_queries]
 
+    if args.no_profile:
+        cpu = time.process_time()
+        for n in range(args.lifecycles):
+            lifecycle(n)
+        cpu_ms = (time.process_time() - cpu) * 1000 / args.lifecycles
+        print(f"statements per lifecycle (ORM-visible, with BEGIN/COMMIT): {len(statements)}")
+        print(f"app CPU per lifecycle (in process, no profiler): {cpu_ms:.2f} ms")
+        return
     profiler = cProfile.Profile()
     cpu = time.process_time()
     profiler.enable()
@@ -109,8 +123,10 @@ def main() -> None:
         lifecycle(n)
     profiler.disable()
     cpu_ms = (time.process_time() - cpu) * 1000 / args.lifecycles
+    if args.save:
+        profiler.dump_stats(args.save)
 
-    print(f"statements per lifecycle (ORM-visible, no BEGIN/COMMIT): {len(statements)}")
+    print(f"statements per lifecycle (ORM-visible, with BEGIN/COMMIT): {len(statements)}")
     for sql in statements:
         print("   ", sql[:150])
     print(f"app CPU per lifecycle under cProfile: {cpu_ms:.2f} ms")

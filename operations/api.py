@@ -230,7 +230,7 @@ class OperationListView(APIView):
         body = _operation_body(registration.operation, fresh=registration.created)
         if registration.created and "claim" in data:
             attempt = registration.attempt
-            body["attempt"] = AttemptOut(attempt).data if attempt is not None else None
+            body["attempt"] = payloads.attempt(attempt) if attempt is not None else None
             error = registration.claim_error
             if error is not None:
                 body["claim_error"] = {"code": error.code, "detail": error.detail, **error.extra}
@@ -303,7 +303,7 @@ class AttemptListView(APIView):
         attempt = services.attempt_claim(
             operation=op, runner=_runner(request), lease_s=data["lease_s"]
         )
-        return Response(AttemptOut(attempt).data, status=201)
+        return Response(payloads.attempt(attempt), status=201)
 
 
 class HeartbeatView(APIView):

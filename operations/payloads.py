@@ -15,7 +15,7 @@ from approvals.models import ApprovalRequest, Decision
 from approvals.selectors import request_latest
 
 from .machine import allowed_next_actions
-from .models import Operation
+from .models import Attempt, Operation
 
 
 def iso(value: datetime | None) -> str | None:
@@ -58,6 +58,16 @@ def approval(request: ApprovalRequest) -> dict[str, Any]:
         "created_at": iso(request.created_at),
         "expires_at": iso(request.expires_at),
         "grant": grant(granted) if granted is not None else None,
+    }
+
+
+def attempt(attempt: Attempt) -> dict[str, Any]:
+    return {
+        "attempt": attempt.number,
+        "id": attempt.id,
+        "idempotency_key": attempt.operation.idempotency_key,
+        "lease_until": iso(attempt.lease_until),
+        "status": str(attempt.status),
     }
 
 

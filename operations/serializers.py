@@ -17,7 +17,7 @@ from approvals.selectors import request_latest
 
 from . import payloads
 from .machine import Status, allowed_next_actions
-from .models import Event, Operation, Run, ToolVersion
+from .models import Attempt, Event, Operation, Run, ToolVersion
 
 # The JSON type each kind of field takes. DRF would otherwise coerce ("5" for an
 # integer, false for a number, 7 for a string); a runner's body means what it says.
@@ -327,6 +327,9 @@ class AttemptOut(serializers.Serializer):
     idempotency_key = serializers.CharField(source="operation.idempotency_key")
     lease_until = serializers.DateTimeField()
     status = serializers.CharField()
+
+    def to_representation(self, attempt: Attempt) -> dict[str, Any]:
+        return payloads.attempt(attempt)
 
 
 class OperationCreatedOut(OperationOut):

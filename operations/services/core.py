@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Model
+from django.db.models import Field, Model
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -232,20 +232,28 @@ def insert_unless_conflict(instance: Model) -> bool:
     return inserted
 
 
+_INSERT_ROWS: dict[tuple[str, type[Model], bool, int], tuple[str, list[Any]]] = {}
+
+
 def _insert_parts(instances: list[Model]) -> tuple[str, list[Any]]:
-    """``INSERT INTO t (...) VALUES (...), (...)`` for rows of one model; an automatic
-    primary key is left to the database."""
+    """``INSERT INTO t (...) VALUES (...), (...)`` for rows of one model (the text built
+    once per model and row count); an automatic primary key is left to the database."""
     model = type(instances[0])
-    fields = [
-        field
-        for field in model._meta.concrete_fields
-        if not (field.primary_key and getattr(instances[0], field.attname) is None)
-    ]
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(field.column) for field in fields)
-    row = "(" + ", ".join(["%s"] * len(fields)) + ")"
-    table = quote(model._meta.db_table)
-    sql = f"INSERT INTO {table} ({columns}) VALUES " + ", ".join([row] * len(instances))  # noqa: S608
+    auto_key = getattr(instances[0], model._meta.pk.attname) is None
+    key = (connection.vendor, model, auto_key, len(instances))
+    built = _INSERT_ROWS.get(key)
+    if built is None:
+        fields = [
+            field for field in model._meta.concrete_fields if not (field.primary_key and auto_key)
+        ]
+        quote = connection.ops.quote_name
+        columns = ", ".join(quote(field.column) for field in fields)
+        row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+        table = quote(model._meta.db_table)
+        values = ", ".join([row] * len(instances))
+        sql = f"INSERT INTO {table} ({columns}) VALUES {values}"  # noqa: S608
+        built = _INSERT_ROWS[key] = (sql, fields)
+    sql, fields = built
     params = [
         field.get_db_prep_save(field.pre_save(instance, True), connection)
         for instance in instances
@@ -297,11 +305,11 @@ def save_fields(instance: Model, names: Iterable[str]) -> None:
     key = (connection.vendor, model, tuple(dict.fromkeys(names)))
     built = _UPDATES.get(key)
     if built is None:
-        fields = [model._meta.get_field(name) for name in key[2]]
+        fields = [cast(Field, model._meta.get_field(name)) for name in key[2]]
         quote = connection.ops.quote_name
-        assignments = ", ".join(f"{quote(field.column)} = %s" for field in fields)
+        assignments = ", ".join(f"{quote(cast(str, field.column))} = %s" for field in fields)
         table = quote(model._meta.db_table)
-        pk = quote(model._meta.pk.column)
+        pk = quote(cast(Field, model._meta.pk).column)
         sql = f"UPDATE {table} SET {assignments} WHERE {pk} = %s"  # noqa: S608
         built = _UPDATES[key] = (sql, fields)
     sql, fields = built
@@ -321,32 +329,50 @@ class Columns:
         self.model = model
         self.alias = alias
         self.fields = list(model._meta.concrete_fields)
-        self._converters: dict[str, list[list[Any]]] = {}
+        self._names = [field.attname for field in self.fields]
+        self._sql: dict[str, str] = {}
+        self._converters: dict[str, list[tuple[Any, list[Any]]]] = {}
 
     def sql(self) -> str:
-        quote = connection.ops.quote_name
-        return ", ".join(f"{self.alias}.{quote(field.column)}" for field in self.fields)
+        text = self._sql.get(connection.vendor)
+        if text is None:
+            quote = connection.ops.quote_name
+            text = self._sql[connection.vendor] = ", ".join(
+                f"{self.alias}.{quote(field.column)}" for field in self.fields
+            )
+        return text
 
     def __len__(self) -> int:
         return len(self.fields)
 
-    def build(self, values: Sequence[Any]) -> Any:
+    def _converters_here(self) -> list[tuple[Any, list[Any]]]:
         converters = self._converters.get(connection.vendor)
         if converters is None:
-            converters = self._converters[connection.vendor] = [
-                [
-                    *connection.ops.get_db_converters(field.get_col(self.alias)),
-                    *field.get_db_converters(connection),
+            converters = []
+            for field in self.fields:
+                expression = field.get_col(self.alias)
+                functions = [
+                    *connection.ops.get_db_converters(expression),
+                    # Field.get_db_converters exists (Django's compiler calls it); the
+                    # stubs do not declare it.
+                    *field.get_db_converters(connection),  # type: ignore[attr-defined]
                 ]
-                for field in self.fields
-            ]
-        converted = []
-        for field, value, functions in zip(self.fields, values, converters, strict=True):
-            expression = field.get_col(self.alias)
+                converters.append((expression, functions))
+            self._converters[connection.vendor] = converters
+        return converters
+
+    def build(self, values: Sequence[Any]) -> Any:
+        converted = list(values)
+        for index, (expression, functions) in enumerate(self._converters_here()):
             for function in functions:
-                value = function(value, expression, connection)
-            converted.append(value)
-        return self.model.from_db(connection.alias, None, converted)
+                converted[index] = function(converted[index], expression, connection)
+        return self.model.from_db(connection.alias, self._names, converted)
+
+
+def approvals_known_none(op: Operation) -> None:
+    """``op`` is known to have no approval request (the hot path wrote or read as much):
+    its representation needs no read of them (``approvals.selectors.request_latest``)."""
+    op._prefetched_objects_cache = {"approval_requests": []}  # type: ignore[attr-defined]
 
 
 def db_datetime(value: datetime | None) -> Any:

@@ -25,6 +25,7 @@ from .core import (
     AttemptStatus,
     Columns,
     approval_withdraw_pending,
+    approvals_known_none,
     attempt_supersede,
     current_attempt,
     enter,
@@ -155,15 +156,10 @@ _TOOL = Columns(Tool, "t")
 _ACTIVE = Columns(ToolVersion, "av")
 
 
-def _lock_attempt(*, operation_id: str, number: int, runner: Runner) -> tuple[Operation, Attempt]:
-    """The runner's operation and its attempt ``number``, both locked, in one read.
+_LOCK_SQL: dict[str, str] = {}
 
-    The access check (the operation is the runner's) is the read's own filter; with the
-    operation come its contract version and its tool's active one (the breaker's), and
-    whether it ever had an approval request (if not, the answer's approval is none
-    without another read).
-    """
-    parts = (_OPERATION, _ATTEMPT, _VERSION, _TOOL, _ACTIVE)
+
+def _lock_sql(parts: tuple[Columns, ...]) -> str:
     columns = ", ".join(part.sql() for part in parts)  # names from the models' metadata
     sql = (
         f"SELECT {columns}, "  # noqa: S608
@@ -177,6 +173,20 @@ def _lock_attempt(*, operation_id: str, number: int, runner: Runner) -> tuple[Op
     )
     if connection.features.has_select_for_update_of:
         sql += " FOR UPDATE OF a, o"
+    _LOCK_SQL[connection.vendor] = sql
+    return sql
+
+
+def _lock_attempt(*, operation_id: str, number: int, runner: Runner) -> tuple[Operation, Attempt]:
+    """The runner's operation and its attempt ``number``, both locked, in one read.
+
+    The access check (the operation is the runner's) is the read's own filter; with the
+    operation come its contract version and its tool's active one (the breaker's), and
+    whether it ever had an approval request (if not, the answer's approval is none
+    without another read).
+    """
+    parts = (_OPERATION, _ATTEMPT, _VERSION, _TOOL, _ACTIVE)
+    sql = _LOCK_SQL.get(connection.vendor) or _lock_sql(parts)
     with connection.cursor() as cursor:
         cursor.execute(sql, [operation_id, number, runner.pk])
         row = cursor.fetchone()
@@ -184,7 +194,7 @@ def _lock_attempt(*, operation_id: str, number: int, runner: Runner) -> tuple[Op
         if Operation.objects.filter(pk=operation_id, runner=runner).exists():
             raise errors.NotFound(f"Operation {operation_id} has no attempt {number}.")
         raise errors.NotFound(f"No operation {operation_id!r}.")
-    built = []
+    built: list[Any] = []
     offset = 0
     for part in parts:
         values = row[offset : offset + len(part)]
@@ -195,7 +205,7 @@ def _lock_attempt(*, operation_id: str, number: int, runner: Runner) -> tuple[Op
     op.tool_version, op.tool, op.runner = version, tool, runner
     attempt.operation = op
     if not row[offset]:
-        op._prefetched_objects_cache = {"approval_requests": []}
+        approvals_known_none(op)
     return op, attempt
 
 

@@ -1,6 +1,7 @@
 """Registering an intended side effect as an operation (api.md, Operations)."""
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -30,6 +31,7 @@ from .core import (
     GENESIS_HASH,
     Actor,
     approval_request_open,
+    approvals_known_none,
     db_datetime,
     event_append,
     event_build,
@@ -177,7 +179,7 @@ def _context(*, runner: Runner, run_id: str, tool_name: str) -> tuple[Run, Tool 
     )
     if version_id is not None:
         tool_id, number, contract, contract_hash = version
-        contract = ToolVersion._meta.get_field("contract").from_db_value(contract, None, connection)
+        contract = json.loads(contract) if isinstance(contract, str) else contract
         tool.active_version = ToolVersion.from_db(
             alias,
             ["id", "tool_id", "number", "contract", "contract_hash"],
@@ -440,7 +442,7 @@ def _register_lean(
         return None
     insert_all(*([attempt] if attempt is not None else []), *events)
     # Nothing else is written: the answer's approval is known to be none.
-    op._prefetched_objects_cache = {"approval_requests": []}
+    approvals_known_none(op)
     return Registration(operation=op, created=True, attempt=attempt)
 
 

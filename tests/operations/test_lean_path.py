@@ -11,8 +11,10 @@ from django.conf import settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from operations import payloads
 from operations.audit.chains import chains_verify
-from operations.models import Event, Operation, OutboxMessage, Run, Runner
+from operations.models import Attempt, Event, Operation, OutboxMessage, Run, Runner
+from operations.serializers import AttemptOut, OperationOut
 from tests.conftest import make_runner
 
 POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
@@ -156,3 +158,14 @@ def test_a_lifecycle_sends_its_essential_statements_only():
     # operation, COMMIT
     assert statements == ["SELECT", "BEGIN", "SELECT", "UPDATE", "INSERT", "UPDATE", "COMMIT"]
     assert not any("SAVEPOINT" in query["sql"] for query in register.captured_queries)
+
+
+def test_the_bodies_built_without_serializers_have_the_declared_fields(api):
+    """The answers are built by ``payloads`` (no serializer per request); the serializers
+    declare the same fields for the OpenAPI document."""
+    api.tool("t")
+    op = _claimed(api, api.run())
+    assert set(op) - {"attempt"} == set(OperationOut().fields)
+    assert set(op["attempt"]) == set(AttemptOut().fields)
+    stored = Attempt.objects.select_related("operation").get(operation_id=op["id"])
+    assert payloads.attempt(stored) == op["attempt"]
