@@ -8,6 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
 AXE_STAMP := node_modules/.installed-$(shell cksum package-lock.json | cut -d' ' -f1)
 CHROMIUM := /usr/bin/chromium
+PORT ?= 8000
 
 .PHONY: run test check lint format sweep
 
@@ -23,8 +24,8 @@ run: $(STAMP)
 	DEBUG=1 $(PY) manage.py migrate --noinput
 	DEBUG=1 $(PY) manage.py bootstrap_local
 	DEBUG=1 $(PY) manage.py seed_demo
-	@echo "Console: http://127.0.0.1:8000/   API docs: http://127.0.0.1:8000/api/docs/"
-	DEBUG=1 $(PY) manage.py runlocal 127.0.0.1:8000
+	@echo "Console: http://127.0.0.1:$(PORT)/   API docs: http://127.0.0.1:$(PORT)/api/docs/"
+	DEBUG=1 $(PY) manage.py runlocal 127.0.0.1:$(PORT)
 
 # axe-core, which the browser tests inject into pages (package.json). Debian's npm is
 # installed first when it is missing and we are root with apt-get.

@@ -155,7 +155,7 @@ def _database() -> dj_database_url.DBConfig:
             options["pool"] = {
                 "min_size": 1,
                 "max_size": pool_size,
-                "timeout": float(os.environ.get("DB_POOL_TIMEOUT_S", "30")),
+                "timeout": float(os.environ.get("DB_POOL_TIMEOUT_S", "10")),
             }
             config["CONN_MAX_AGE"] = 0
             config["CONN_HEALTH_CHECKS"] = False
@@ -262,6 +262,9 @@ LOGGING: dict[str, Any] = {
 # thread: no other server is needed locally.
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "")
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+if CELERY_TASK_ALWAYS_EAGER:
+    # In-process, the beat's every-second tasks would log each run: only what goes wrong.
+    LOGGING["loggers"]["celery.app.trace"] = {"level": "WARNING"}
 CELERY_TASK_DEFAULT_QUEUE = os.environ.get("CELERY_TASK_DEFAULT_QUEUE", "effectgate")
 CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
