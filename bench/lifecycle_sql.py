@@ -323,7 +323,7 @@ class SqlRunner(Statements):
                 "JOIN operations_tool t ON t.name = o.tool_id "
                 "LEFT JOIN operations_toolversion av ON av.id = t.active_version_id "
                 "WHERE a.operation_id = %s AND a.number = %s AND o.runner_id = %s "
-                "FOR UPDATE OF a, o",
+                "FOR UPDATE OF o, a",
                 (op_id, number, runner_id),
             ).fetchone()
             run_id, seq, head, attempt_id = row[:4]

@@ -158,7 +158,10 @@ def _database() -> dj_database_url.DBConfig:
                 "timeout": float(os.environ.get("DB_POOL_TIMEOUT_S", "10")),
             }
             config["CONN_MAX_AGE"] = 0
-            config["CONN_HEALTH_CHECKS"] = False
+            # Checked when taken from the pool (one round trip per request) only if asked:
+            # without it, after a PostgreSQL restart each pooled connection fails one
+            # request before the pool replaces it.
+            config["CONN_HEALTH_CHECKS"] = os.environ.get("DB_POOL_CHECK", "") == "1"
         config["TEST"] = (
             {"NAME": os.environ.get("TEST_DATABASE_NAME")}
             if os.environ.get("TEST_DATABASE_NAME")

@@ -8,7 +8,7 @@ from functools import partial
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import JSONField, Q, Value
 
 from approvals.ids import new_id, new_idempotency_key
 
@@ -51,7 +51,8 @@ class Runner(models.Model):
     # The event patterns of the runner's active webhook endpoints (kept by a signal on
     # every save and delete of an endpoint): a write that no pattern matches writes no
     # outbox row and reads no endpoint. A stale superset costs one read; never a subset.
-    webhook_events = models.JSONField(default=list, blank=True)
+    # db_default: rows the previous release inserts during an upgrade get it too.
+    webhook_events = models.JSONField(default=list, blank=True, db_default=Value([], JSONField()))
 
     # DRF treats request.user as authenticated through this attribute.
     is_authenticated = True
@@ -264,8 +265,9 @@ class Operation(models.Model):
     status_changed_at = models.DateTimeField(null=True, blank=True)
     # The head of the operation's event chain (its last event's seq and hash), written
     # with each event under the operation's row lock: appending reads no event.
-    event_seq = models.PositiveIntegerField(default=0)
-    event_head = models.CharField(max_length=64, blank=True, default="")
+    # db_default: rows the previous release inserts during an upgrade get them too.
+    event_seq = models.PositiveIntegerField(default=0, db_default=0)
+    event_head = models.CharField(max_length=64, blank=True, default="", db_default="")
 
     class Meta:
         constraints = [

@@ -14,6 +14,7 @@ callers (the other modules of this package) own their transactions.
 """
 
 import fnmatch
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -39,6 +40,7 @@ from ..payloads import iso
 from ..selectors import operation_refresh
 
 GENESIS_HASH = "0" * 64
+logger = logging.getLogger(__name__)
 AttemptStatus = Attempt.AttemptStatus
 T = TypeVar("T")
 
@@ -132,23 +134,48 @@ def event_append(
             Event.objects.filter(stream=stream).order_by("-seq").values_list("seq", "hash").first()
         )
         seq, prev_hash = (last[0] + 1, last[1]) if last else (1, GENESIS_HASH)
-    event = event_build(
-        stream=stream,
-        seq=seq,
-        prev_hash=prev_hash,
-        kind=kind,
-        actor=actor,
-        operation=operation,
-        run=run,
-        tool_name=tool_name,
-        from_status=from_status,
-        to_status=to_status,
-        data=data,
-        now=now or timezone.now(),
-    )
+    at = now or timezone.now()
+
+    def build(seq: int, prev_hash: str) -> Event:
+        return event_build(
+            stream=stream,
+            seq=seq,
+            prev_hash=prev_hash,
+            kind=kind,
+            actor=actor,
+            operation=operation,
+            run=run,
+            tool_name=tool_name,
+            from_status=from_status,
+            to_status=to_status,
+            data=data,
+            now=at,
+        )
+
+    event = build(seq, prev_hash)
     if own_stream:
         assert operation is not None
-        insert_all(event)
+        if not insert_unless_conflict(event):
+            # The head on the row is behind its stream: events were appended by code
+            # that did not keep it (the previous release, during an upgrade). Chain onto
+            # the stream's real last event; the row's head is corrected below.
+            last = (
+                Event.objects.filter(stream=stream)
+                .order_by("-seq")
+                .values_list("seq", "hash")
+                .first()
+            )
+            assert last is not None
+            logger.warning(
+                "Operation %s: event chain head on the row was at %s, the stream at %s; "
+                "appended after the stream's last event.",
+                stream,
+                operation.event_seq,
+                last[0],
+            )
+            seq = last[0] + 1
+            event = build(seq, last[1])
+            insert_all(event)
         operation.event_seq, operation.event_head = seq, event.hash
         if not head_saved_by_caller:
             save_fields(operation, ["event_seq", "event_head"])
@@ -197,7 +224,7 @@ def event_build(
 # ---------------------------------------------------------------------------------------
 # Rows written without the ORM's query building (the hot path)
 
-_INSERTS: dict[tuple[str, type[Model]], tuple[str, list[Any]]] = {}
+_INSERTS: dict[tuple[str, type[Model], bool], tuple[str, list[Any]]] = {}
 
 
 def insert_unless_conflict(instance: Model) -> bool:
@@ -208,10 +235,13 @@ def insert_unless_conflict(instance: Model) -> bool:
     conflict was only when there was one. The statement text is built once per model.
     """
     model = type(instance)
-    key = (connection.vendor, model)
+    auto_key = getattr(instance, model._meta.pk.attname) is None
+    key = (connection.vendor, model, auto_key)
     built = _INSERTS.get(key)
     if built is None:
-        fields = list(model._meta.concrete_fields)
+        fields = [
+            field for field in model._meta.concrete_fields if not (field.primary_key and auto_key)
+        ]
         quote = connection.ops.quote_name
         columns = ", ".join(quote(field.column) for field in fields)
         marks = ", ".join(["%s"] * len(fields))

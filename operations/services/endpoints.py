@@ -27,17 +27,29 @@ from .core import (
 def runner_webhook_events_refresh(sender: Any, instance: WebhookEndpoint, **kwargs: Any) -> None:
     """Keep ``Runner.webhook_events`` the union of the runner's active endpoints'
     patterns, in the transaction of the endpoint's save or delete (``apps.ready``
-    connects it to both), so ``core.subscribes`` never misses a subscriber."""
-    patterns = sorted(
-        {
-            pattern
-            for events in WebhookEndpoint.objects.filter(
-                runner_id=instance.runner_id, is_active=True
-            ).values_list("events", flat=True)
-            for pattern in events
-        }
-    )
-    Runner.objects.filter(pk=instance.runner_id).update(webhook_events=patterns)
+    connects it to both), so ``core.subscribes`` never misses a subscriber.
+
+    The runner's row is locked before the endpoints are read: two changes to one
+    runner's endpoints (a rotation racing a registration) then read one after the
+    other, and the second sees the first's endpoint, instead of both reading before
+    either committed and the last writer dropping the other's patterns.
+    """
+    update_fields = kwargs.get("update_fields")
+    if update_fields is not None and not {"events", "is_active", "runner"} & set(update_fields):
+        return  # a secret rotated: the patterns did not change
+    with transaction.atomic():
+        if not Runner.objects.select_for_update().filter(pk=instance.runner_id).exists():
+            return  # the runner itself is being deleted
+        patterns = sorted(
+            {
+                pattern
+                for events in WebhookEndpoint.objects.filter(
+                    runner_id=instance.runner_id, is_active=True
+                ).values_list("events", flat=True)
+                for pattern in events
+            }
+        )
+        Runner.objects.filter(pk=instance.runner_id).update(webhook_events=patterns)
     if WebhookEndpoint.runner.is_cached(instance):
         instance.runner.webhook_events = patterns
 
@@ -67,11 +79,19 @@ def webhook_endpoint_rotate(
     """A new secret; the old one keeps signing (as a second signature) during ``overlap``."""
     secret = webhooks_new_secret()
     with transaction.atomic():
+        # The runner's row first, as registering and deleting an endpoint take it.
+        Runner.objects.select_for_update().get(pk=endpoint.runner_id)
         endpoint = WebhookEndpoint.objects.select_for_update().get(pk=endpoint.pk)
         endpoint.previous_secret_encrypted = endpoint.secret_encrypted
         endpoint.previous_secret_until = timezone.now() + overlap
         endpoint.secret_encrypted = encrypt(secret)
-        endpoint.save()
+        endpoint.save(
+            update_fields=[
+                "previous_secret_encrypted",
+                "previous_secret_until",
+                "secret_encrypted",
+            ]
+        )
         event_append(
             stream=f"runner:{endpoint.runner_id}",
             kind="webhook_secret_rotated",

@@ -172,7 +172,10 @@ def _lock_sql(parts: tuple[Columns, ...]) -> str:
         "WHERE a.operation_id = %s AND a.number = %s AND o.runner_id = %s"
     )
     if connection.features.has_select_for_update_of:
-        sql += " FOR UPDATE OF a, o"
+        # The operation first, then its attempt, as every other path takes them (lock,
+        # then current_attempt: heartbeats, the sweep, claims): PostgreSQL locks in
+        # this order, and the opposite one deadlocks with them.
+        sql += " FOR UPDATE OF o, a"
     _LOCK_SQL[connection.vendor] = sql
     return sql
 
@@ -270,7 +273,6 @@ def _apply_outcome_locked(
     attempt.outcome_code = body.get("code", "")
     attempt.closed_at = now
     save_fields(attempt, ["status", "outcome", "outcome_code", "closed_at"])
-    _add_spend(op, body.get("cost"))
     _settle(
         op,
         kind=kind,
@@ -284,6 +286,9 @@ def _apply_outcome_locked(
         result=body.get("result"),
         downstream_id=body.get("downstream_id", ""),
     )
+    # After _settle, which may lock the tool's row (the breaker): locks go tool, then
+    # run, as in a registration whose claim consults the breaker before the budgets.
+    _add_spend(op, body.get("cost"))
     return op
 
 

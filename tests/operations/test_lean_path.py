@@ -6,14 +6,27 @@ registration go in one statement (SQLite takes one per table); they count what r
 the database, ``BEGIN`` and ``COMMIT`` included, as the bench does.
 """
 
+import io
+import threading
+import time
+
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.core.management import call_command
+from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
-from operations import payloads
+from operations import payloads, services
 from operations.audit.chains import chains_verify
-from operations.models import Attempt, Event, Operation, OutboxMessage, Run, Runner
+from operations.models import (
+    Attempt,
+    Event,
+    Operation,
+    OutboxMessage,
+    Run,
+    Runner,
+    WebhookEndpoint,
+)
 from operations.serializers import AttemptOut, OperationOut
 from tests.conftest import make_runner
 
@@ -169,3 +182,159 @@ def test_the_bodies_built_without_serializers_have_the_declared_fields(api):
     assert set(op["attempt"]) == set(AttemptOut().fields)
     stored = Attempt.objects.select_related("operation").get(operation_id=op["id"])
     assert payloads.attempt(stored) == op["attempt"]
+
+
+# --- what the review of the lean path found, kept from coming back -----------------------
+
+
+def _in_thread(target, results, name):
+    def body():
+        try:
+            results[name] = target()
+        except Exception as exc:  # the test reports what each thread met
+            results[name] = exc
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=body, name=name)
+    thread.start()
+    return thread
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_outcome_racing_a_lease_holder_takes_the_locks_in_the_same_order():
+    """Heartbeats, the sweep and claims lock the operation, then its attempt; the
+    outcome's one locking read must too, or the two deadlock (PostgreSQL aborts one)."""
+    api = make_runner()
+    api.tool("t")
+    op = _claimed(api, api.run())
+    runner = Runner.objects.get(pk=api.runner.pk)
+    results: dict = {}
+    holding = threading.Event()
+
+    def heartbeat_like():
+        with transaction.atomic():
+            locked = services.core.lock(op["id"])
+            holding.set()
+            time.sleep(0.7)  # the outcome has started its locking read meanwhile
+            services.core.current_attempt(locked)
+        return "ok"
+
+    def outcome():
+        holding.wait(10)
+        time.sleep(0.2)
+        services.attempt_record_outcome(
+            operation_id=op["id"], number=1, body={"kind": "succeeded"}, runner=runner
+        )
+        return "ok"
+
+    threads = [_in_thread(heartbeat_like, results, "hb"), _in_thread(outcome, results, "out")]
+    for thread in threads:
+        thread.join(30)
+    assert results == {"hb": "ok", "out": "ok"}
+    assert Operation.objects.get(pk=op["id"]).status == "succeeded"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_endpoint_changes_racing_each_other_keep_every_pattern(monkeypatch, settings):
+    """A rotation racing a registration for the same runner: the second to run reads
+    the endpoints after the first committed (the runner's row is locked first)."""
+    settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    api = make_runner()
+    runner = Runner.objects.get(pk=api.runner.pk)
+    first, _ = services.webhook_endpoint_create(
+        runner=runner, url="http://127.0.0.1:9/a", events=["operation.*"]
+    )
+    paused, release = threading.Event(), threading.Event()
+    real_append = services.endpoints.event_append
+
+    def slow_append(**kwargs):
+        if threading.current_thread().name == "create":
+            paused.set()
+            release.wait(10)
+        return real_append(**kwargs)
+
+    monkeypatch.setattr(services.endpoints, "event_append", slow_append)
+    results: dict = {}
+
+    def create():
+        services.webhook_endpoint_create(
+            runner=Runner.objects.get(pk=runner.pk),
+            url="http://127.0.0.1:9/b",
+            events=["approval.decided"],
+        )
+        return "ok"
+
+    def rotate():
+        services.webhook_endpoint_rotate(endpoint=first, actor=services.Actor.system("test"))
+        return "ok"
+
+    creating = _in_thread(create, results, "create")
+    paused.wait(10)
+    rotating = _in_thread(rotate, results, "rotate")
+    time.sleep(0.5)
+    release.set()
+    creating.join(30)
+    rotating.join(30)
+    assert results == {"create": "ok", "rotate": "ok"}
+    assert Runner.objects.get(pk=runner.pk).webhook_events == ["approval.decided", "operation.*"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_what_the_previous_release_writes_during_an_upgrade_is_taken_up(api):
+    """While 0007 is applied the previous release still serves: it inserts operations
+    without the new columns (database defaults), appends events without moving the head
+    on the row, and registers endpoints without the signal. The new release appends
+    after the stream's real last event, and ``lean_fill`` catches up the rest."""
+    api.tool("t")
+    op = _claimed(api, api.run())
+    stored = Operation.objects.get(pk=op["id"])
+    # The previous release's event_append: the stream's last event read, the row untouched.
+    services.core.event_append(
+        stream=op["id"], kind="heartbeat", actor=services.Actor.system("old"), tool_name="t"
+    )
+    assert Operation.objects.get(pk=op["id"]).event_seq == stored.event_seq
+    done = api.outcome(op["id"], 1, {"kind": "succeeded"})
+    assert done["status"] == "succeeded"
+    kinds = list(Event.objects.filter(stream=op["id"]).order_by("seq").values_list("kind", "seq"))
+    assert kinds == [("registered", 1), ("claimed", 2), ("heartbeat", 3), ("outcome", 4)]
+    healed = Operation.objects.get(pk=op["id"])
+    fourth = Event.objects.get(stream=op["id"], seq=4)
+    assert (healed.event_seq, healed.event_head) == (4, fourth.hash)
+    assert chains_verify().ok
+
+    # A row inserted without the new columns takes their database defaults.
+    columns = [
+        field.column
+        for field in Operation._meta.concrete_fields
+        if field.column not in {"event_seq", "event_head"}
+    ]
+    fresh = ("id", "operation_key", "idempotency_key")
+    copied = ", ".join("%s" if column in fresh else column for column in columns)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO operations_operation ({', '.join(columns)}) "  # noqa: S608
+            f"SELECT {copied} FROM operations_operation WHERE id = %s",
+            ["op_old", "old-key", "ik_old", op["id"]],
+        )
+    assert Operation.objects.filter(pk="op_old").values_list("event_seq", "event_head").get() == (
+        0,
+        "",
+    )
+
+    # An endpoint written without the signal (bulk_create sends none), then lean_fill.
+    WebhookEndpoint.objects.bulk_create(
+        [
+            WebhookEndpoint(
+                runner_id=api.runner.pk,
+                url="https://hooks.example.com/in",
+                events=["operation.*"],
+                secret_encrypted="x",
+            )
+        ]
+    )
+    assert Runner.objects.get(pk=api.runner.pk).webhook_events == []
+    out = io.StringIO()
+    call_command("lean_fill", stdout=out)
+    assert Runner.objects.get(pk=api.runner.pk).webhook_events == ["operation.*"]
+    assert "1 runners' webhook patterns" in out.getvalue()
