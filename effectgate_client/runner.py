@@ -17,7 +17,8 @@ read:
    the lease's heartbeat from a background thread while the call runs, and post what
    happened. Effectgate classifies it; a retry (a ``failed`` retryable code, or
    ``unknown`` for a repeatable tool) goes back to step 3.
-5. Return the tool-result envelope (``GET /operations/{id}/tool-result``).
+5. Return the tool-result envelope: the one the final outcome's answer carries when the
+   operation ended there, else ``GET /operations/{id}/tool-result``.
 
 A ``BaseException`` that is not an ``Exception`` (``KeyboardInterrupt``,
 ``SystemExit``, a crash) leaves the tool call without posting anything: the heartbeat
@@ -292,8 +293,13 @@ class Runner:
                 # The refusal says where the operation is (grant_invalid and
                 # budget_exhausted moved it there); the loop acts on the state it reads.
                 op = self.client.get_operation(op["id"])
+        # An outcome's answer carries the envelope for the state it left (api.md): when
+        # the call ended there, no further request; otherwise ask for it now.
+        envelope = op.pop("tool_result", None)
         result.operation = op
-        result.envelope = self.client.tool_result(op["id"])
+        if envelope is None or op["status"] not in TERMINAL:
+            envelope = self.client.tool_result(op["id"])
+        result.envelope = envelope
         return result
 
     def _run_attempt(

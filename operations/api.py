@@ -27,6 +27,7 @@ from .serializers import (
     OperationIn,
     OperationOut,
     OperationPageOut,
+    OutcomeAnswerOut,
     OutcomeIn,
     ReconciliationIn,
     RunIn,
@@ -322,15 +323,17 @@ class HeartbeatView(APIView):
 class OutcomeView(APIView):
     @extend_schema(
         request=OutcomeIn,
-        responses={200: OperationOut, **_problems(400, 404, 409)},
+        responses={200: OutcomeAnswerOut, **_problems(400, 404, 409)},
         tags=["attempts"],
+        description="Post what an attempt did. The answer is the operation with "
+        "`tool_result`, the envelope `GET .../tool-result` gives.",
     )
     def post(self, request: Request, operation_id: str, number: int) -> Response:
         data = _valid(OutcomeIn, request)
         op = services.attempt_record_outcome(
             operation_id=operation_id, number=number, body=dict(data), runner=_runner(request)
         )
-        return Response(_operation_body(op, fresh=True))
+        return Response({**_operation_body(op, fresh=True), "tool_result": tool_result(op)})
 
 
 class ReconciliationView(APIView):

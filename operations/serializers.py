@@ -382,6 +382,16 @@ class ToolResultOut(serializers.Serializer):
     allowed_next_actions = serializers.ListField(child=serializers.CharField())
 
 
+class OutcomeAnswerOut(OperationOut):
+    """The answer to a posted outcome: the operation, and the envelope for the model
+    (``GET .../tool-result``), so that the runner needs no further request."""
+
+    tool_result = ToolResultOut()
+
+    def to_representation(self, op: Operation) -> dict[str, Any]:
+        return {**payloads.operation(op), "tool_result": tool_result(op)}
+
+
 class ToolOut(serializers.Serializer):
     """A contract version, with the tool's name and which version is active."""
 

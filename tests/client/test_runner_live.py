@@ -150,12 +150,13 @@ def test_execute_registers_claims_in_one_round_trip_calls_with_key_and_succeeds(
         {"refund": "re_1"},
     )
     assert float(op.run.spend) == 0.25
-    # register+claim, outcome, tool-result: no separate claim request.
-    posts = [line for line in transport.sent if line.startswith("POST /api/v1/operations")]
-    assert posts == [
+    # register+claim, then the outcome, whose answer carries the tool-result: two
+    # requests, no separate claim and no tool-result read.
+    assert [line for line in transport.sent if "/api/v1/operations" in line] == [
         "POST /api/v1/operations",
         f"POST /api/v1/operations/{op.id}/attempts/1/outcome",
     ]
+    assert "tool_result" not in result.operation
     assert [e.kind for e in _events(op.id)] == ["registered", "claimed", "outcome"]
 
 

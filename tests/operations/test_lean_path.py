@@ -53,7 +53,10 @@ def test_the_answers_are_what_a_later_read_returns(api):
     assert registered["attempt"]["idempotency_key"] == registered["idempotency_key"]
     assert _without(registered, "attempt") == api.operation(registered["id"])
     done = api.outcome(registered["id"], 1, {"kind": "succeeded", "downstream_id": "re_1"})
+    envelope = done.pop("tool_result")
     assert done == api.operation(registered["id"])
+    assert envelope == api.get(f"/api/v1/operations/{registered['id']}/tool-result").json()
+    assert envelope["message"] == "The call to t succeeded (reference re_1)."
     assert done["status"] == "succeeded"
     assert done["approval"] is None
 
