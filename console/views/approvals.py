@@ -101,7 +101,25 @@ def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
         return redirect("console:approval", approval_id=approval.id)
     verb = "Approved" if approve else "Rejected"
     messages.success(request, f"{verb} {op.tool_id} {op.id}; the operation is now {op.status}.")
+    following = _next_for(request, after=approval.id)
+    if following is not None:
+        return redirect("console:approval", approval_id=following)
     return redirect("console:inbox")
+
+
+def _next_for(request: HttpRequest, *, after: str) -> str | None:
+    """The next request in inbox order that this person may decide now, if any: after a
+    decision the reviewer goes on to it instead of back to the top of the inbox."""
+    verified = security.session_verified(request)
+    for item in selectors.requests_pending_for_user(user=request.user)[:50]:
+        if item.id == after:
+            continue
+        refusal = access.decide_refusal(
+            user=request.user, request=item, op=item.operation, otp_verified=verified
+        )
+        if refusal is None:
+            return item.id
+    return None
 
 
 @require_POST

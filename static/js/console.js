@@ -16,6 +16,9 @@
  *    survives htmx swaps of the table. Announce the keys next to the table:
  *    {% include "console/_shared.html#keynav-help" %}.
  *    "/" focuses the header search box (input[data-shortcut="/"]).
+ *    On a decision form (<form data-decide>), "a" focuses the Approve button
+ *    ([data-shortcut="a"]; Enter then presses it) and "r" the comment
+ *    ([data-shortcut="r"]); #decide-hint says what Enter will do.
  *
  * 2. Polling pauses while the tab is hidden
  *    Live regions poll with
@@ -135,11 +138,24 @@
     return true;
   }
 
+  function onDecideKey(key) {
+    const target = document.querySelector("form[data-decide] [data-shortcut='" + key + "']");
+    if (!target) return false;
+    target.focus();
+    const hint = document.getElementById("decide-hint");
+    if (hint) {
+      hint.textContent =
+        key === "a" ? "Press Enter to approve." : "Write why, then press Reject.";
+    }
+    return true;
+  }
+
   document.addEventListener("keydown", function (event) {
     if (event.defaultPrevented || event.ctrlKey || event.altKey || event.metaKey) return;
     if (isTyping(event.target)) return;
     let handled = false;
     if (event.key === "/") handled = focusSearch();
+    else if (event.key === "a" || event.key === "r") handled = onDecideKey(event.key);
     else if (event.key === "j" || event.key === "k" || event.key === "Enter") {
       handled = onKeynavKey(event);
     }

@@ -6,6 +6,7 @@ resolves an unknown outcome with evidence and the runner sees the result.
 """
 
 import re
+from urllib.parse import urlsplit
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -103,3 +104,37 @@ def test_support_resolves_an_unknown_outcome_with_evidence(page):
 
     body = api.operation(op["id"])
     assert (body["status"], body["downstream_id"]) == ("succeeded", "re_981")
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+def test_an_approver_decides_from_the_keyboard_and_goes_on_to_the_next_request(page, width):
+    """a then Enter approves; the next request waiting for this person opens; r goes to
+    the comment, to reject with a reason; after the last decision, the inbox."""
+    page.set_viewport_size({"width": width, "height": 900})
+    api = make_runner()
+    first = _pending(api)
+    second = api.register(api.run(), "send_refund", {"payment_id": "pay_78", "amount_cents": 80000})
+    login(page, _person("cat", "operations.decide_tool", "send_refund"), PASSWORD)
+    # Inbox order: the request that expires first; both were opened with the same TTL.
+    page.goto(f"/approvals/{first['approval']['id']}/")
+    expect(page.locator("#decide-keys")).to_contain_text("then Enter approves")
+    violations = axe(page)
+    assert not violations, axe_summary(violations)
+
+    page.keyboard.press("a")
+    expect(page.get_by_role("button", name="Approve")).to_be_focused()
+    expect(page.locator("#decide-hint")).to_have_text("Press Enter to approve.")
+    page.keyboard.press("Enter")
+    page.wait_for_url(f"**/approvals/{second['approval']['id']}/")
+    expect(page.get_by_role("status").first).to_contain_text("Approved send_refund")
+    assert api.operation(first["id"])["status"] == "ready"
+
+    page.keyboard.press("r")
+    expect(page.get_by_label("Comment")).to_be_focused()
+    page.keyboard.type("Not this customer's payment")
+    page.get_by_role("button", name="Reject").click()
+    page.wait_for_url(lambda url: urlsplit(url).path == "/")  # none left: the inbox
+    expect(page.get_by_role("status").first).to_contain_text("Rejected send_refund")
+    body = api.operation(second["id"])
+    assert body["status"] == "rejected"
+    assert body["error_detail"] == "Not this customer's payment"

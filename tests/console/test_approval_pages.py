@@ -129,3 +129,22 @@ def test_revoking_a_grant_from_the_console(api, approver):
     client.post(f"/approvals/{op['approval']['id']}/decide", {"decision": "approve"})
     client.post(f"/approvals/{op['approval']['id']}/revoke", {"reason": "wrong customer"})
     assert api.claim(op["id"], expect=403)["code"] == "grant_invalid"
+
+
+def test_after_a_decision_the_next_request_this_person_may_decide_opens(api, approver):
+    """Inbox order, skipping the requests the person may not decide (here, the one whose
+    principal they are); the inbox once none is left."""
+    user, client = approver
+    first = _pending(api, key="a")
+    barred = api.register(
+        api.run(principal=f"user:{user.get_username()}"),
+        "refund",
+        {"payment_id": "pay_2", "amount_cents": 70000},
+    )
+    third = _pending(api, amount=80000, key="c")
+    response = client.post(f"/approvals/{first['approval']['id']}/decide", {"decision": "approve"})
+    assert response.status_code == 302
+    assert response["Location"] == f"/approvals/{third['approval']['id']}/"
+    assert barred["status"] == "awaiting_approval"
+    response = client.post(f"/approvals/{third['approval']['id']}/decide", {"decision": "approve"})
+    assert response["Location"] == "/"
