@@ -20,6 +20,7 @@ app_name = "console"
 urlpatterns = [
     path("", inbox.inbox, name="inbox"),
     path("approvals/<str:approval_id>/", approvals.approval_detail, name="approval"),
+    path("approvals/decide", approvals.approvals_decide_many, name="approvals-decide-many"),
     path("approvals/<str:approval_id>/decide", approvals.approval_decide, name="approval-decide"),
     path("approvals/<str:approval_id>/revoke", approvals.approval_revoke, name="approval-revoke"),
     path("reconciliation/", reconciliation.reconciliation, name="reconciliation"),

@@ -12,6 +12,7 @@ from approvals.errors import Refusal
 from approvals.models import ApprovalRequest
 from operations import access, selectors, services
 from operations.canonical import canonical_json
+from operations.errors import NotFound
 
 from .. import security
 from ..forms import DecisionForm, RevokeForm
@@ -139,3 +140,57 @@ def approval_revoke(request: HttpRequest, approval_id: str) -> HttpResponse:
     else:
         messages.success(request, "Grant revoked: the next claim will ask for a new approval.")
     return redirect("console:approval", approval_id=approval.id)
+
+
+@require_POST
+@login_required
+def approvals_decide_many(request: HttpRequest) -> HttpResponse:
+    """Approve or reject the requests selected in the inbox, each as if decided on its
+    own page (quorum, separation of duties, permissions: the same service), and each
+    only if it is still the intent the inbox showed (``request`` values carry the
+    intent hash). What changed or was refused is listed with why; the rest go through."""
+    form = DecisionForm(request.POST)
+    selected = request.POST.getlist("request")
+    if not form.is_valid() or not selected:
+        messages.error(request, "Select the requests, then choose approve or reject.")
+        return redirect("console:inbox")
+    approve = form.cleaned_data["decision"] == "approve"
+    comment = form.cleaned_data["comment"]
+    if not approve and not comment.strip():
+        messages.error(request, "Write why, to reject: the runners receive the reason.")
+        return redirect("console:inbox")
+    verified = security.session_verified(request)
+    done: list[str] = []
+    refused: list[str] = []
+    for value in dict.fromkeys(selected):
+        approval_id, _, shown = value.partition(":")
+        try:
+            approval = selectors.approval_get_for_user(user=request.user, approval_id=approval_id)
+        except NotFound:
+            refused.append(f"{approval_id}: not found")
+            continue
+        op = approval.operation
+        if approval.status != ApprovalRequest.RequestStatus.PENDING:
+            refused.append(f"{op.id}: already {approval.status}")
+            continue
+        if approval.intent_hash != shown:
+            refused.append(f"{op.id}: its intent is not the one the inbox showed")
+            continue
+        try:
+            services.approval_decide(
+                request_id=approval.id,
+                user=request.user,
+                approve=approve,
+                comment=comment,
+                otp_verified=verified,
+            )
+        except Refusal as refusal:
+            refused.append(f"{op.id}: {refusal.detail}")
+        else:
+            done.append(op.id)
+    verb = "Approved" if approve else "Rejected"
+    if done:
+        messages.success(request, f"{verb} {len(done)}: {', '.join(done)}.")
+    for line in refused:
+        messages.error(request, f"Not decided, {line}")
+    return redirect("console:inbox")

@@ -16,6 +16,8 @@
  *    survives htmx swaps of the table. Announce the keys next to the table:
  *    {% include "console/_shared.html#keynav-help" %}.
  *    "/" focuses the header search box (input[data-shortcut="/"]).
+ *    "x" ticks or unticks the current row's checkbox (input[data-select]); ticked
+ *    boxes stay ticked when polling replaces the rows.
  *    On a decision form (<form data-decide>), "a" focuses the Approve button
  *    ([data-shortcut="a"]; Enter then presses it) and "r" the comment
  *    ([data-shortcut="r"]); #decide-hint says what Enter will do.
@@ -138,6 +140,30 @@
     return true;
   }
 
+  function toggleSelected() {
+    const table = keynavTable();
+    const row = table && table.querySelector("tr." + CURRENT);
+    const box = row && row.querySelector("input[data-select]");
+    if (!box) return false;
+    box.checked = !box.checked;
+    return true;
+  }
+
+  // Ticked boxes survive htmx swaps of the rows (the inbox polls every 5 s).
+  let ticked = [];
+  document.addEventListener("htmx:beforeSwap", function () {
+    ticked = Array.from(document.querySelectorAll("input[data-select]:checked")).map(
+      function (box) {
+        return box.value;
+      }
+    );
+  });
+  document.addEventListener("htmx:afterSettle", function () {
+    document.querySelectorAll("input[data-select]").forEach(function (box) {
+      if (ticked.indexOf(box.value) !== -1) box.checked = true;
+    });
+  });
+
   function onDecideKey(key) {
     const target = document.querySelector("form[data-decide] [data-shortcut='" + key + "']");
     if (!target) return false;
@@ -156,6 +182,7 @@
     let handled = false;
     if (event.key === "/") handled = focusSearch();
     else if (event.key === "a" || event.key === "r") handled = onDecideKey(event.key);
+    else if (event.key === "x") handled = toggleSelected();
     else if (event.key === "j" || event.key === "k" || event.key === "Enter") {
       handled = onKeynavKey(event);
     }

@@ -138,3 +138,26 @@ def test_an_approver_decides_from_the_keyboard_and_goes_on_to_the_next_request(p
     body = api.operation(second["id"])
     assert body["status"] == "rejected"
     assert body["error_detail"] == "Not this customer's payment"
+
+
+@pytest.mark.parametrize("width", [1440, 390])
+def test_an_approver_selects_requests_with_x_and_approves_them_together(page, width):
+    page.set_viewport_size({"width": width, "height": 900})
+    api = make_runner()
+    first = _pending(api)
+    second = api.register(api.run(), "send_refund", {"payment_id": "pay_79", "amount_cents": 90000})
+    login(page, _person("dan", "operations.decide_tool", "send_refund"), PASSWORD)
+    expect(page.locator("#inbox-rows tr", has_text=second["id"])).to_be_visible()
+    violations = axe(page)
+    assert not violations, axe_summary(violations)
+    page.keyboard.press("j")
+    page.keyboard.press("x")
+    page.keyboard.press("j")
+    page.keyboard.press("x")
+    expect(page.get_by_label(f"Select {first['id']}")).to_be_checked()
+    expect(page.get_by_label(f"Select {second['id']}")).to_be_checked()
+    page.get_by_role("button", name="Approve selected").click()
+    page.wait_for_url(lambda url: urlsplit(url).path == "/")
+    expect(page.get_by_role("status").first).to_contain_text("Approved 2")
+    assert api.operation(first["id"])["status"] == "ready"
+    assert api.operation(second["id"])["status"] == "ready"

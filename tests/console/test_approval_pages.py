@@ -148,3 +148,61 @@ def test_after_a_decision_the_next_request_this_person_may_decide_opens(api, app
     assert barred["status"] == "awaiting_approval"
     response = client.post(f"/approvals/{third['approval']['id']}/decide", {"decision": "approve"})
     assert response["Location"] == "/"
+
+
+def test_deciding_on_several_requests_at_once_decides_each_as_if_alone(api, approver):
+    """Each selected request goes through the decision service on its own; one whose
+    intent is not the one the inbox showed, one already decided and one the person may
+    not decide are listed with why, and the rest are approved."""
+    user, client = approver
+    first = _pending(api, key="a")
+    second = _pending(api, amount=70000, key="b")
+    gone = _pending(api, amount=80000, key="c")
+    barred = api.register(
+        api.run(principal=f"user:{user.get_username()}"),
+        "refund",
+        {"payment_id": "pay_2", "amount_cents": 90000},
+    )
+    html = client.get("/").content.decode()
+    assert 'form="decide-many"' in html
+    assert "Approve selected" in html
+    client.post(f"/approvals/{gone['approval']['id']}/decide", {"decision": "approve"})
+
+    def value(op, intent=None):
+        return f"{op['approval']['id']}:{intent or op['intent_hash']}"
+
+    response = client.post(
+        "/approvals/decide",
+        {
+            "decision": "approve",
+            "request": [
+                value(first),
+                value(second, intent="0" * 64),
+                value(gone),
+                value(barred),
+            ],
+        },
+        follow=True,
+    )
+    shown = [str(message) for message in response.context["messages"]]
+    assert f"Approved 1: {first['id']}." in shown
+    assert f"Not decided, {second['id']}: its intent is not the one the inbox showed" in shown
+    assert f"Not decided, {gone['id']}: already approved" in shown
+    assert any(line.startswith(f"Not decided, {barred['id']}: ") for line in shown)
+    statuses = {
+        key: ApprovalRequest.objects.get(pk=op["approval"]["id"]).status
+        for key, op in {"first": first, "second": second, "barred": barred}.items()
+    }
+    assert statuses == {"first": "approved", "second": "pending", "barred": "pending"}
+
+
+def test_rejecting_several_without_a_reason_changes_nothing(api, approver):
+    _, client = approver
+    op = _pending(api)
+    response = client.post(
+        "/approvals/decide",
+        {"decision": "reject", "request": [f"{op['approval']['id']}:{op['intent_hash']}"]},
+        follow=True,
+    )
+    assert "Write why, to reject" in response.content.decode()
+    assert ApprovalRequest.objects.get(pk=op["approval"]["id"]).status == "pending"
