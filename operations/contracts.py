@@ -23,6 +23,9 @@ from .machine import EFFECT_CLASS_RANK, EffectClass
 from .schema_paths import Unproven, format_pointer, format_types, locate
 
 APPROVAL_MODE_RANK = {"never": 0, "rules": 1, "always": 2}
+DISPLAY_FORMATS = ("text", "money", "datetime", "email", "url")
+# A placeholder of a display summary: a JSON pointer into the arguments, in braces.
+DISPLAY_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 URL_PLACEHOLDERS = {"idempotency_key", "operation_id"}
 
 _pointer = {"type": "string", "pattern": "^(/([^~/]|~[01])*)+$"}
@@ -99,6 +102,28 @@ CONTRACT_SCHEMA: dict[str, Any] = {
                 "type": _pointer,
                 "succeeded": {"type": "array", "items": {"type": "string"}, "maxItems": 50},
                 "failed": {"type": "array", "items": {"type": "string"}, "maxItems": 50},
+            },
+        },
+        "display": {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {
+                "summary": {"type": "string", "minLength": 1, "maxLength": 500},
+                "fields": {
+                    "type": "object",
+                    "maxProperties": 50,
+                    "propertyNames": _pointer,
+                    "additionalProperties": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "label": {"type": "string", "minLength": 1, "maxLength": 100},
+                            "format": {"enum": list(DISPLAY_FORMATS)},
+                            "currency": {"type": "string", "pattern": "^[A-Z]{3}$"},
+                            "minor_units": {"type": "boolean"},
+                        },
+                    },
+                },
             },
         },
         "breaker": {
@@ -318,6 +343,7 @@ def normalize_contract(body: Any) -> dict[str, Any]:
         inbound = {"succeeded": [], "failed": [], **inbound}
         if set(inbound["succeeded"]) & set(inbound["failed"]):
             problems.append({"path": "/inbound", "message": "a type cannot mean both outcomes"})
+    problems.extend(_display_problems(body.get("display")))
     breaker = body.get("breaker")
     if breaker is not None:
         breaker = {"threshold": 5, "cooldown_s": 60, **breaker}
@@ -337,7 +363,33 @@ def normalize_contract(body: Any) -> dict[str, Any]:
     }
     if "description" in body:
         normalized["description"] = body["description"]
+    if "display" in body:
+        normalized["display"] = copy.deepcopy(body["display"])
     return normalized
+
+
+def _display_problems(display: dict[str, Any] | None) -> list[dict[str, str]]:
+    """Placeholders must be JSON pointers; money needs its currency."""
+    if display is None:
+        return []
+    problems = []
+    for placeholder in DISPLAY_PLACEHOLDER.findall(display.get("summary", "")):
+        if not re.fullmatch(_pointer["pattern"], placeholder):
+            problems.append(
+                {
+                    "path": "/display/summary",
+                    "message": f"{{{placeholder}}} is not a JSON pointer such as {{/amount}}",
+                }
+            )
+    for pointer, field in display.get("fields", {}).items():
+        if field.get("format") == "money" and "currency" not in field:
+            problems.append(
+                {
+                    "path": "/display/fields/" + pointer.replace("~", "~0").replace("/", "~1"),
+                    "message": 'format "money" needs a currency (ISO 4217, e.g. "EUR")',
+                }
+            )
+    return problems
 
 
 def weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
@@ -354,6 +406,9 @@ def weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
 
 def _setting_weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     reasons = []
+    if old.get("display") != new.get("display"):
+        # What approvers read: a summary can mislead as well as a weaker rule.
+        reasons.append("the display (the summary approvers read) changed")
     if (
         EFFECT_CLASS_RANK[EffectClass(new["effect_class"])]
         < EFFECT_CLASS_RANK[EffectClass(old["effect_class"])]

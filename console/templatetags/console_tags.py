@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from operations import display
 from operations.text import is_hidden
 
 register = template.Library()
@@ -145,3 +146,11 @@ def nav_link(context, url_name: str, label: str, section: str = "") -> SafeStrin
     if current:
         return format_html('<li><a href="{}" aria-current="page">{}</a></li>', href, label)
     return format_html('<li><a href="{}">{}</a></li>', href, label)
+
+
+@register.filter
+def op_summary(op) -> str:
+    """What the operation will do, in words (``operations.display``; plain text: pipe it
+    through ``reveal``)."""
+    return display.summary(op.tool_version.contract, op.arguments)
+

@@ -91,7 +91,10 @@ def test_support_resolves_an_unknown_outcome_with_evidence(page):
     expect(page.get_by_role("heading", level=1)).to_contain_text("Reconciliation")
     violations = axe(page)
     assert not violations, axe_summary(violations)
-    page.get_by_role("link", name=op["id"]).click()
+    # The row leads with what the operation does; its id is beneath.
+    row = page.locator("#queue-rows tr", has_text=op["id"])
+    expect(row.get_by_role("link")).to_have_text("payment_id: pay_1, amount_cents: 500")
+    row.get_by_role("link").click()
     expect(page.get_by_text(op["idempotency_key"]).first).to_be_visible()
     violations = axe(page)
     assert not violations, axe_summary(violations)

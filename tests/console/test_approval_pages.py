@@ -206,3 +206,23 @@ def test_rejecting_several_without_a_reason_changes_nothing(api, approver):
     )
     assert "Write why, to reject" in response.content.decode()
     assert ApprovalRequest.objects.get(pk=op["approval"]["id"]).status == "pending"
+
+
+def test_rows_and_the_approval_page_lead_with_what_will_happen(api, approver):
+    """The contract's display, with hidden characters revealed; the reason once."""
+    user, client = approver
+    rules = {"mode": "rules", "rules": [{"path": "/amount_cents", "op": "gt", "value": 50000}]}
+    display = {
+        "summary": "Refund {/amount_cents} to {/payment_id}",
+        "fields": {"/amount_cents": {"format": "money", "currency": "EUR", "minor_units": True}},
+    }
+    api.tool("payout", {**contract("irreversible", approval=rules), "display": display})
+    assign_perm("operations.decide_tool", user, Tool.objects.get(pk="payout"))
+    op = api.register(api.run(), "payout", {"payment_id": "pay\u202eevil", "amount_cents": 75000})
+    inbox = client.get("/").content.decode()
+    assert "Refund €750.00 to pay" in inbox
+    assert "\u202e" not in inbox
+    assert "U+202E" in inbox
+    page = client.get(f"/approvals/{op['approval']['id']}/").content.decode()
+    assert '<p class="lead">Refund €750.00 to pay' in page
+    assert page.count("/amount_cents gt 50000") == 1
