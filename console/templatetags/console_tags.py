@@ -153,4 +153,3 @@ def op_summary(op) -> str:
     """What the operation will do, in words (``operations.display``; plain text: pipe it
     through ``reveal``)."""
     return display.summary(op.tool_version.contract, op.arguments)
-
