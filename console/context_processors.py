@@ -4,6 +4,8 @@ from typing import Any
 
 from django.http import HttpRequest
 
+from operations import selectors
+
 # A detail page highlights the list it belongs to in the navigation (nav_link's
 # nav_section); a view's own context still wins.
 SECTIONS = {
@@ -24,6 +26,9 @@ def search(request: HttpRequest) -> dict[str, Any]:
         "search_url": "console:search",
         "search_placeholder": "Find: id, key, call id, reference",
     }
+    # htmx polls ask for fragments, which show no navigation.
+    if user.pk is not None and not request.headers.get("HX-Request"):
+        context["nav_counts"] = selectors.nav_counts(user=user)
     match = getattr(request, "resolver_match", None)
     section = SECTIONS.get(match.view_name) if match is not None else None
     if section:

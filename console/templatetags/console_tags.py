@@ -128,7 +128,9 @@ def reltime(value) -> SafeString | str:
 
 
 @register.simple_tag(takes_context=True)
-def nav_link(context, url_name: str, label: str, section: str = "") -> SafeString:
+def nav_link(
+    context, url_name: str, label: str, section: str = "", count: int = 0, count_label: str = ""
+) -> SafeString:
     """``<li><a href=...>label</a></li>`` for ``url_name``, or nothing when the URL name
     does not exist (yet). The link is marked ``aria-current="page"`` when the current
     view is ``url_name`` or when the page's context sets ``nav_section`` to ``section``
@@ -143,9 +145,19 @@ def nav_link(context, url_name: str, label: str, section: str = "") -> SafeStrin
     current = (match is not None and match.view_name == url_name) or (
         bool(active_section) and active_section in {url_name, section}
     )
+    badge = (
+        format_html(
+            ' <span class="nav-count" title="{1}">{0}'
+            '<span class="visually-hidden"> {1}</span></span>',
+            "99+" if count >= 100 else count,
+            count_label,
+        )
+        if count
+        else ""
+    )
     if current:
-        return format_html('<li><a href="{}" aria-current="page">{}</a></li>', href, label)
-    return format_html('<li><a href="{}">{}</a></li>', href, label)
+        return format_html('<li><a href="{}" aria-current="page">{}{}</a></li>', href, label, badge)
+    return format_html('<li><a href="{}">{}{}</a></li>', href, label, badge)
 
 
 @register.filter

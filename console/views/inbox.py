@@ -2,7 +2,7 @@
 
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
@@ -16,6 +16,8 @@ from .common import partial
 @require_GET
 @login_required
 def inbox(request: HtmxHttpRequest) -> HttpResponse:
+    if not request.htmx and selectors.lands_on_queue(request.user):
+        return redirect("console:reconciliation")
     filters = {name: request.GET.get(name) or None for name in ("tool", "effect_class", "run")}
     pending = list(selectors.requests_pending_for_user(user=request.user, **filters)[:200])
     now = timezone.now()

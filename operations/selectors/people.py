@@ -24,6 +24,7 @@ from ..models import (
     Event,
     InboundEvent,
     Operation,
+    Resolution,
     Run,
     Runner,
     Tool,
@@ -169,6 +170,42 @@ def reconciliation_queue(
         _queue(base, queue if queue in SAVED_QUEUES else "all", now)
         .select_related("run", "tool_version")
         .order_by("status_changed_at", "id")
+    )
+
+
+NAV_COUNT_CAP = 100
+
+
+def nav_counts(*, user: Any) -> dict[str, int]:
+    """What the console's navigation counts for this person: requests waiting for their
+    decision, unknown outcomes they may answer, and "did not happen" proposals of
+    someone else waiting for their confirmation (four eyes)."""
+    reconcilable = access.tools_for_user(user, [access.RECONCILE])
+
+    def capped(queryset: QuerySet[Any]) -> int:
+        # Read at most NAV_COUNT_CAP ids (no COUNT over a large ledger on every page).
+        return len(queryset.values_list("pk", flat=True)[:NAV_COUNT_CAP])
+
+    return {
+        "pending": capped(requests_pending_for_user(user=user).order_by()),
+        "unknown": capped(
+            Operation.objects.filter(tool__in=reconcilable, status=Status.OUTCOME_UNKNOWN)
+        ),
+        "to_confirm": capped(
+            Resolution.objects.filter(
+                review__isnull=True,
+                operation__status=Status.OUTCOME_UNKNOWN,
+                operation__tool__in=reconcilable,
+            ).exclude(declared_by=user)
+        ),
+    }
+
+
+def lands_on_queue(user: Any) -> bool:
+    """People who may reconcile but decide on nothing start at the reconciliation queue."""
+    return (
+        not access.tools_for_user(user, [access.DECIDE]).exists()
+        and access.tools_for_user(user, [access.RECONCILE]).exists()
     )
 
 

@@ -102,3 +102,37 @@ def test_a_refused_resolution_is_a_message(api):
     response = client.post(f"/operations/{op['id']}/resolve", {"result": "committed"}, follow=True)
     assert "Give the downstream reference or an evidence note." in response.content.decode()
     assert Operation.objects.get(pk=op["id"]).status == "outcome_unknown"
+
+
+def _nav(html: str) -> str:
+    return html[html.index('<nav class="topnav"') : html.index("</nav>")]
+
+
+def test_support_lands_on_the_queue_and_the_navigation_counts_what_waits(api):
+    """Someone who may reconcile but decide nothing starts at the queue; the navigation
+    counts the unknown outcomes and the proposals waiting for this person's confirmation
+    (not their own)."""
+    op = _unknown(api)
+    _unknown(api)
+    first, second = _client_for("refund"), _client_for("refund")
+    landing = second.get("/")
+    assert landing.status_code == 302
+    assert landing["Location"] == "/reconciliation/"
+    nav = _nav(second.get("/reconciliation/").content.decode())
+    assert 'Reconciliation <span class="nav-count" title="unknown outcomes">2' in nav
+    assert "to confirm" not in nav
+
+    first.post(f"/operations/{op['id']}/resolve", {"result": "not_found", "note": "absent"})
+    assert "1 to confirm" in _nav(second.get("/reconciliation/").content.decode())
+    assert "to confirm" not in _nav(first.get("/reconciliation/").content.decode())
+
+
+def test_an_approver_lands_on_the_inbox_with_its_count(api):
+    api.tool("refund", contract("irreversible", approval={"mode": "always"}))
+    api.register(api.run(), "refund")
+    client = _client_for("refund", perm="operations.decide_tool")
+    response = client.get("/")
+    assert response.status_code == 200
+    assert 'Inbox <span class="nav-count" title="waiting for your decision">1' in _nav(
+        response.content.decode()
+    )
