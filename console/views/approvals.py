@@ -16,8 +16,9 @@ from operations.errors import NotFound
 
 from .. import security
 from ..forms import DecisionForm, RevokeForm
+from ..middleware import HtmxHttpRequest
 from ..presenters import changes, flatten
-from .common import found
+from .common import found, partial
 
 
 def _intent_document(op) -> str:
@@ -28,7 +29,7 @@ def _intent_document(op) -> str:
 
 @require_GET
 @login_required
-def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
+def approval_detail(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
     approval = found(selectors.approval_get_for_user, user=request.user, approval_id=approval_id)
     op = approval.operation
     now = timezone.now()
@@ -77,7 +78,7 @@ def approval_detail(request: HttpRequest, approval_id: str) -> HttpResponse:
         "revoke_form": RevokeForm(),
         "now": now,
     }
-    return render(request, "console/approval.html", context)
+    return render(request, partial(request, "console/approval.html", "live"), context)
 
 
 @require_POST

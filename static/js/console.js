@@ -149,6 +149,19 @@
     return true;
   }
 
+  // An approval page whose request someone else decided (or that was withdrawn or
+  // expired) while it was open: its polled status region says so, and the decision
+  // buttons are disabled, so a stale page cannot be decided on. The comment typed so
+  // far stays.
+  function disableStaleDecisions() {
+    const live = document.getElementById("approval-live");
+    if (!live || live.getAttribute("data-live-pending") !== "false") return;
+    document.querySelectorAll("form[data-decide] button[type='submit']").forEach(function (b) {
+      b.disabled = true;
+    });
+  }
+  document.addEventListener("htmx:afterSettle", disableStaleDecisions);
+
   // Ticked boxes survive htmx swaps of the rows (the inbox polls every 5 s).
   let ticked = [];
   document.addEventListener("htmx:beforeSwap", function () {

@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from guardian.shortcuts import assign_perm
 from playwright.sync_api import expect
 
+from operations import services
 from operations.models import Tool
 from tests.conftest import contract, make_runner
 
@@ -164,3 +165,23 @@ def test_an_approver_selects_requests_with_x_and_approves_them_together(page, wi
     expect(page.get_by_role("status").first).to_contain_text("Approved 2")
     assert api.operation(first["id"])["status"] == "ready"
     assert api.operation(second["id"])["status"] == "ready"
+
+
+def test_an_open_approval_page_notices_a_colleague_deciding_first(page):
+    """Within 5 s the page says who decided and its buttons are disabled; the comment
+    typed so far stays."""
+    api = make_runner()
+    op = _pending(api)
+    login(page, _person("eve", "operations.decide_tool", "send_refund"), PASSWORD)
+    colleague = _person("fay", "operations.decide_tool", "send_refund")
+    page.goto(f"/approvals/{op['approval']['id']}/")
+    page.get_by_label("Comment").fill("Looks fine to me")
+    services.approval_decide(
+        request_id=op["approval"]["id"], user=colleague, approve=True, comment="Checked"
+    )
+    expect(page.locator("#approval-live")).to_contain_text("fay approved", timeout=8000)
+    expect(page.get_by_role("button", name="Approve")).to_be_disabled()
+    expect(page.get_by_role("button", name="Reject")).to_be_disabled()
+    expect(page.get_by_label("Comment")).to_have_value("Looks fine to me")
+    violations = axe(page)
+    assert not violations, axe_summary(violations)
