@@ -1,4 +1,5 @@
-"""Email to the people who may decide on a new approval request."""
+"""Email to the people who may decide on a new approval request, and to those who may
+confirm a proposed "did not happen" (four eyes)."""
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -10,6 +11,7 @@ from guardian.shortcuts import get_users_with_perms
 from approvals.models import ApprovalRequest
 
 from . import access
+from .models import Resolution
 
 
 def approvers_for(request: ApprovalRequest) -> list:
@@ -51,6 +53,54 @@ def approvers_notify(*, request_id: str) -> int:
     )
     return send_mail(
         subject=f"[Effectgate] Approval needed: {op.tool_id} {op.id}",
+        message=body,
+        from_email=None,
+        recipient_list=recipients,
+    )
+
+
+def confirmers_for(resolution: Resolution) -> list:
+    """Who may confirm ``resolution``: people who may reconcile its tool, but not the one
+    who proposed it."""
+    tool = resolution.operation.tool
+    direct = get_users_with_perms(
+        tool, only_with_perms_in=["reconcile_tool"], with_group_users=True, with_superusers=False
+    )
+    permission = Permission.objects.get(
+        codename="reconcile_tool", content_type__app_label="operations"
+    )
+    global_holders = get_user_model().objects.filter(
+        Q(user_permissions=permission) | Q(groups__permissions=permission)
+    )
+    people = {user.pk: user for user in [*direct, *global_holders]}
+    return [
+        user
+        for user in people.values()
+        if user.is_active and user.email and user.pk != resolution.declared_by_id
+    ]
+
+
+def confirmers_notify(*, resolution_id: str) -> int:
+    resolution = (
+        Resolution.objects.select_related("operation", "operation__tool", "declared_by")
+        .filter(pk=resolution_id, review__isnull=True)
+        .first()
+    )
+    if resolution is None:
+        return 0  # confirmed, disputed or withdrawn before the mail went out
+    op = resolution.operation
+    recipients = [user.email for user in confirmers_for(resolution)]
+    if not recipients:
+        return 0
+    link = f"{settings.CONSOLE_BASE_URL.rstrip('/')}/operations/{op.id}/"
+    body = (
+        f"{resolution.declared_by.get_username()} says {op.tool_id} {op.id} for "
+        f"{op.principal} did not happen, and waits for a second person to confirm it.\n\n"
+        f"Their evidence: {resolution.note}\n\n"
+        f"Confirm or dispute it here: {link}\n"
+    )
+    return send_mail(
+        subject=f"[Effectgate] A second person is needed: {op.tool_id} {op.id}",
         message=body,
         from_email=None,
         recipient_list=recipients,

@@ -12,7 +12,7 @@ from django.conf import settings
 from django.dispatch import receiver
 
 from . import notifications, probes, services, webhooks
-from .services.core import approval_requested
+from .services.core import approval_requested, resolution_proposed
 
 IDEMPOTENT = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}
 
@@ -62,3 +62,13 @@ def _notify_after_commit(sender: Any, request_id: str, **kwargs: Any) -> None:
     """The services announce a new request once it is committed; the mail goes out from
     a worker (or in-process without a broker)."""
     notify_approvers.delay(request_id)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def notify_confirmers(resolution_id: str) -> int:
+    return notifications.confirmers_notify(resolution_id=resolution_id)
+
+
+@receiver(resolution_proposed)
+def _notify_confirmers_after_commit(sender: Any, resolution_id: str, **kwargs: Any) -> None:
+    notify_confirmers.delay(resolution_id)

@@ -43,11 +43,13 @@ def reconciliation(request: HtmxHttpRequest) -> HttpResponse:
         )[:200]
     )
     warning = settings.RECONCILE_AGE_WARNING_S
+    proposals = selectors.pending_proposals(op_ids=[op.id for op in ops])
     rows = [
         {
             "op": op,
             "since": op.status_changed_at or op.created_at,
             "stale": (now - (op.status_changed_at or op.created_at)).total_seconds() > warning,
+            "proposal": proposals.get(op.id),
         }
         for op in ops
     ]

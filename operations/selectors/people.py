@@ -176,6 +176,16 @@ def reconciliation_queue(
 NAV_COUNT_CAP = 100
 
 
+def pending_proposals(*, op_ids: list[str]) -> dict[str, Resolution]:
+    """The "did not happen" proposals still waiting for a second person, by operation."""
+    return {
+        resolution.operation_id: resolution
+        for resolution in Resolution.objects.filter(
+            operation_id__in=op_ids, review__isnull=True
+        ).select_related("declared_by")
+    }
+
+
 def nav_counts(*, user: Any) -> dict[str, int]:
     """What the console's navigation counts for this person: requests waiting for their
     decision, unknown outcomes they may answer, and "did not happen" proposals of

@@ -47,6 +47,9 @@ T = TypeVar("T")
 # Sent after the commit that opened an approval request (``request_id``): the tasks
 # module connects the approvers' notification to it, so this layer never imports tasks.
 approval_requested = Signal()
+# Sent after the commit that proposed a "did not happen" (``resolution_id``): the people
+# who may confirm it are told (four eyes).
+resolution_proposed = Signal()
 
 
 # ---------------------------------------------------------------------------------------

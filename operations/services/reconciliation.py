@@ -1,6 +1,7 @@
 """Reconciliation: answers to "did the effect happen?", from runners, probes and people."""
 
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -24,6 +25,7 @@ from .core import (
     lock,
     raise_after_commit,
     record,
+    resolution_proposed,
     succeed,
 )
 
@@ -164,6 +166,13 @@ def operation_resolve(
                     actor=actor,
                     now=now,
                     data={"resolution": resolution.id, "result": "not_found", "note": note},
+                )
+                transaction.on_commit(
+                    partial(
+                        resolution_proposed.send,
+                        sender=Resolution,
+                        resolution_id=resolution.id,
+                    )
                 )
             else:
                 reconcile_locked(

@@ -136,3 +136,30 @@ def test_an_approver_lands_on_the_inbox_with_its_count(api):
     assert 'Inbox <span class="nav-count" title="waiting for your decision">1' in _nav(
         response.content.decode()
     )
+
+
+def test_a_proposal_waits_for_a_second_person_visibly_and_they_are_told(
+    api, mailoutbox, django_capture_on_commit_callbacks
+):
+    """Four eyes made visible: the queue says the operation waits for a second person
+    (and whose proposal it is), and the people who may confirm it get a mail, not the
+    proposer."""
+    op = _unknown(api)
+    proposer = person(username="pia", email="pia@example.com")
+    confirmer = person(username="quinn", email="quinn@example.com")
+    for user in (proposer, confirmer):
+        assign_perm("operations.reconcile_tool", user, Tool.objects.get(pk="refund"))
+    first, second = Client(), Client()
+    first.force_login(proposer)
+    second.force_login(confirmer)
+    with django_capture_on_commit_callbacks(execute=True):
+        first.post(f"/operations/{op['id']}/resolve", {"result": "not_found", "note": "absent"})
+    mine = first.get("/reconciliation/").content.decode()
+    assert "waits for a second person: your proposal" in mine
+    queue = second.get("/reconciliation/").content.decode()
+    assert "waits for a second person" in queue
+    assert "your proposal" not in queue
+    [mail] = mailoutbox
+    assert mail.to == ["quinn@example.com"]
+    assert "pia says" in mail.body
+    assert f"/operations/{op['id']}/" in mail.body
