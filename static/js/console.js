@@ -162,6 +162,32 @@
   }
   document.addEventListener("htmx:afterSettle", disableStaleDecisions);
 
+  // Card layout on phones (console.css): each cell carries its column's name, copied
+  // from the table's header, so a row read as a card still says what each value is.
+  function labelCells(root) {
+    (root || document).querySelectorAll("table.data").forEach(function (table) {
+      const names = Array.from(table.querySelectorAll("thead th")).map(function (th) {
+        return th.textContent.trim();
+      });
+      if (!names.length) return;
+      table.querySelectorAll("tbody tr").forEach(function (row) {
+        Array.from(row.children).forEach(function (cell, index) {
+          if (!cell.hasAttribute("data-label")) cell.setAttribute("data-label", names[index] || "");
+        });
+      });
+    });
+  }
+  document.addEventListener("htmx:afterSettle", function () {
+    labelCells(document);
+  });
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", function () {
+      labelCells(document);
+    });
+  } else {
+    labelCells(document);
+  }
+
   // Ticked boxes survive htmx swaps of the rows (the inbox polls every 5 s).
   let ticked = [];
   document.addEventListener("htmx:beforeSwap", function () {

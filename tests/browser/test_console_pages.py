@@ -197,3 +197,51 @@ def test_a_person_sees_nothing_of_a_tool_they_hold_no_permission_for(page):
     counts = page.locator("#states-h + p")
     expect(counts).to_contain_text("1 open now")  # the refund; both wipe_disk hidden
     expect(page.locator("#ages-h + p")).to_contain_text("0 waiting for a decision")
+
+
+def test_at_390_px_no_page_scrolls_sideways_and_approve_stays_in_reach(page):
+    """Phones: rows become cards (each value under its column's name), nothing is wider
+    than the screen, and the approval page keeps Approve and Reject on screen."""
+    api = make_runner()
+    rules = {"mode": "rules", "rules": [{"path": "/amount_cents", "op": "gt", "value": 50000}]}
+    api.tool("send_refund", contract("irreversible", approval=rules))
+    op = api.register(api.run(), "send_refund", {"payment_id": "pay_77", "amount_cents": 75000})
+    unknown = api.register(api.run(), "send_refund", {"payment_id": "pay_78", "amount_cents": 5})
+    api.claim(unknown["id"])
+    api.outcome(unknown["id"], 1, {"kind": "unknown", "code": "timeout"})
+    root = get_user_model().objects.create_superuser("root", "root@example.com", PASSWORD)
+    page.set_viewport_size({"width": 390, "height": 800})
+    login(page, root, PASSWORD)
+    pages = [
+        "/",
+        f"/approvals/{op['approval']['id']}/",
+        "/reconciliation/",
+        "/operations/",
+        f"/operations/{op['id']}/",
+        f"/operations/{unknown['id']}/",
+        "/runs/",
+        "/tools/",
+        "/tools/send_refund/",
+        "/audit/",
+        "/dashboard/",
+        f"/search/?q={op['id']}",
+    ]
+    for path in pages:
+        page.goto(path)
+        width = page.evaluate("document.documentElement.scrollWidth")
+        assert width <= 390, f"{path} is {width} px wide"
+        wide = page.evaluate(
+            "Array.from(document.querySelectorAll('.table-wrap'))"
+            ".filter(w => w.scrollWidth > w.clientWidth + 1).length"
+        )
+        assert wide == 0, f"{path}: a table scrolls sideways"
+    page.goto("/")
+    expect(page.locator("#inbox-rows td[data-label='Principal']").first).to_contain_text(
+        "user:alice"
+    )
+    page.goto(f"/approvals/{op['approval']['id']}/")
+    approve = page.get_by_role("button", name="Approve")
+    expect(approve).to_be_in_viewport()
+    expect(page.get_by_role("button", name="Reject")).to_be_in_viewport()
+    violations = axe(page)
+    assert not violations, axe_summary(violations)
