@@ -87,6 +87,17 @@ REFUND: dict[str, Any] = {
     },
     "reconcile": {"mode": "manual"},
     "concurrency_key": "/payment_id",
+    "display": {
+        "summary": "Refund {/amount_cents} to payment {/payment_id}",
+        "fields": {
+            "/amount_cents": {
+                "label": "Amount",
+                "format": "money",
+                "currency": "EUR",
+                "minor_units": True,
+            }
+        },
+    },
 }
 # v2 lets a grant be used for an hour instead of 15 minutes: a weakening, so it waits
 # for a person allowed to activate it.
@@ -103,6 +114,7 @@ EMAIL = {
         },
     ),
     "approval": {"mode": "never"},
+    "display": {"summary": "Email {/to}: {/subject}", "fields": {"/to": {"format": "email"}}},
 }
 VOUCHER = {
     "effect_class": "compensable",
@@ -131,6 +143,7 @@ DELETE_ACCOUNT = {
     "input_schema": _schema(["customer_id"], {"customer_id": {"type": "string"}}),
     "approval": {"mode": "always", "approvals_required": 2, "request_ttl_s": 3 * 86_400},
     "reconcile": {"mode": "manual"},
+    "display": {"summary": "Delete the account of customer {/customer_id} and its data"},
 }
 
 
