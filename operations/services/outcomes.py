@@ -23,18 +23,16 @@ from .breaker import breaker_record_locked
 from .core import (
     Actor,
     AttemptStatus,
-    Columns,
     approval_withdraw_pending,
-    approvals_known_none,
     attempt_supersede,
     current_attempt,
     enter,
     lock,
     raise_after_commit,
     record,
-    save_fields,
     succeed,
 )
+from .rows import Columns, approvals_known_none, save_fields
 
 
 def _settle(

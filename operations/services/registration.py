@@ -31,16 +31,13 @@ from .core import (
     GENESIS_HASH,
     Actor,
     approval_request_open,
-    approvals_known_none,
-    db_datetime,
     event_append,
     event_build,
-    insert_all,
-    insert_unless_conflict,
     outbox_enqueue,
     record,
     subscribes,
 )
+from .rows import approvals_known_none, db_datetime, insert_all, insert_unless_conflict
 
 TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 

@@ -1,0 +1,209 @@
+"""Rows written and read without the ORM's query building: the hot path's primitives.
+
+The ORM compiles every query it sends, which was most of a lifecycle's CPU
+(docs/benchmarks.md §3). These build each statement's text once per model (and column
+set, and row count) and send only parameters after that, so PostgreSQL can prepare it:
+
+- ``insert_unless_conflict``: one row, ``ON CONFLICT DO NOTHING``, says whether it was
+  written (what a savepoint around a failing ``save`` said);
+- ``insert_all``: rows of one or more tables in one statement on PostgreSQL;
+- ``save_fields``: ``save(update_fields=...)`` without building the query;
+- ``Columns``: a hand-written SELECT's columns and the instances built from them as
+  the ORM builds them.
+
+Nothing here opens a transaction: callers (the services) own theirs.
+"""
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any, cast
+
+from django.db import connection
+from django.db.models import Field, Model
+
+from ..models import Operation
+
+_INSERTS: dict[tuple[str, type[Model], bool], tuple[str, list[Any]]] = {}
+
+
+def insert_unless_conflict(instance: Model) -> bool:
+    """INSERT one row, or nothing when a unique constraint already holds its values.
+
+    ``ON CONFLICT DO NOTHING`` says what a savepoint around a failing ``save`` said,
+    in one statement and without aborting the transaction; the caller reads what the
+    conflict was only when there was one. The statement text is built once per model.
+    """
+    model = type(instance)
+    auto_key = getattr(instance, model._meta.pk.attname) is None
+    key = (connection.vendor, model, auto_key)
+    built = _INSERTS.get(key)
+    if built is None:
+        fields = [
+            field for field in model._meta.concrete_fields if not (field.primary_key and auto_key)
+        ]
+        quote = connection.ops.quote_name
+        columns = ", ".join(quote(field.column) for field in fields)
+        marks = ", ".join(["%s"] * len(fields))
+        # Names from the model's own metadata, values as parameters.
+        table = quote(model._meta.db_table)
+        sql = f"INSERT INTO {table} ({columns}) VALUES ({marks}) ON CONFLICT DO NOTHING"  # noqa: S608
+        built = _INSERTS[key] = (sql, fields)
+    sql, fields = built
+    params = [
+        field.get_db_prep_save(field.pre_save(instance, True), connection) for field in fields
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        inserted = cursor.rowcount == 1
+    if inserted:
+        instance._state.adding = False
+        instance._state.db = connection.alias
+    return inserted
+
+
+_INSERT_ROWS: dict[tuple[str, type[Model], bool, int], tuple[str, list[Any]]] = {}
+
+
+def _insert_parts(instances: list[Model]) -> tuple[str, list[Any]]:
+    """``INSERT INTO t (...) VALUES (...), (...)`` for rows of one model (the text built
+    once per model and row count); an automatic primary key is left to the database."""
+    model = type(instances[0])
+    auto_key = getattr(instances[0], model._meta.pk.attname) is None
+    key = (connection.vendor, model, auto_key, len(instances))
+    built = _INSERT_ROWS.get(key)
+    if built is None:
+        fields = [
+            field for field in model._meta.concrete_fields if not (field.primary_key and auto_key)
+        ]
+        quote = connection.ops.quote_name
+        columns = ", ".join(quote(field.column) for field in fields)
+        row = "(" + ", ".join(["%s"] * len(fields)) + ")"
+        table = quote(model._meta.db_table)
+        values = ", ".join([row] * len(instances))
+        sql = f"INSERT INTO {table} ({columns}) VALUES {values}"  # noqa: S608
+        built = _INSERT_ROWS[key] = (sql, fields)
+    sql, fields = built
+    params = [
+        field.get_db_prep_save(field.pre_save(instance, True), connection)
+        for instance in instances
+        for field in fields
+    ]
+    return sql, params
+
+
+def insert_all(*instances: Model) -> None:
+    """INSERT new rows of one or more tables, in the order given by table.
+
+    One statement on PostgreSQL (each table's rows a data-modifying CTE of the last
+    table's INSERT), one per table elsewhere. No row is read back: the caller made the
+    rows, keys included (an automatic key stays unset on the instance).
+    """
+    groups: dict[type[Model], list[Model]] = {}
+    for instance in instances:
+        groups.setdefault(type(instance), []).append(instance)
+    parts = [_insert_parts(rows) for rows in groups.values()]
+    statements = (
+        [
+            (
+                "WITH "
+                + ", ".join(f"w{n} AS ({sql})" for n, (sql, _) in enumerate(parts[:-1]))
+                + " "
+                + parts[-1][0],
+                [param for _, params in parts for param in params],
+            )
+        ]
+        if connection.vendor == "postgresql" and len(parts) > 1
+        else parts
+    )
+    with connection.cursor() as cursor:
+        for sql, params in statements:
+            cursor.execute(sql, params)
+    for instance in instances:
+        instance._state.adding = False
+        instance._state.db = connection.alias
+
+
+_UPDATES: dict[tuple[str, type[Model], tuple[str, ...]], tuple[str, list[Any]]] = {}
+
+
+def save_fields(instance: Model, names: Iterable[str]) -> None:
+    """UPDATE the columns ``names`` of ``instance``'s row, as ``save(update_fields=...)``
+    does (``auto_now`` fields among them stamped now), with the statement built once
+    per model and set of columns instead of for every save."""
+    model = type(instance)
+    key = (connection.vendor, model, tuple(dict.fromkeys(names)))
+    built = _UPDATES.get(key)
+    if built is None:
+        fields = [cast(Field, model._meta.get_field(name)) for name in key[2]]
+        quote = connection.ops.quote_name
+        assignments = ", ".join(f"{quote(cast(str, field.column))} = %s" for field in fields)
+        table = quote(model._meta.db_table)
+        pk = quote(cast(Field, model._meta.pk).column)
+        sql = f"UPDATE {table} SET {assignments} WHERE {pk} = %s"  # noqa: S608
+        built = _UPDATES[key] = (sql, fields)
+    sql, fields = built
+    params = [
+        field.get_db_prep_save(field.pre_save(instance, False), connection) for field in fields
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, instance.pk])
+
+
+class Columns:
+    """Every column of ``model`` under a table alias, for a hand-written SELECT, and the
+    instance built from them as the ORM builds it (the database's and the fields'
+    converters applied: timestamps, JSON, booleans)."""
+
+    def __init__(self, model: type[Model], alias: str) -> None:
+        self.model = model
+        self.alias = alias
+        self.fields = list(model._meta.concrete_fields)
+        self._names = [field.attname for field in self.fields]
+        self._sql: dict[str, str] = {}
+        self._converters: dict[str, list[tuple[Any, list[Any]]]] = {}
+
+    def sql(self) -> str:
+        text = self._sql.get(connection.vendor)
+        if text is None:
+            quote = connection.ops.quote_name
+            text = self._sql[connection.vendor] = ", ".join(
+                f"{self.alias}.{quote(field.column)}" for field in self.fields
+            )
+        return text
+
+    def __len__(self) -> int:
+        return len(self.fields)
+
+    def _converters_here(self) -> list[tuple[Any, list[Any]]]:
+        converters = self._converters.get(connection.vendor)
+        if converters is None:
+            converters = []
+            for field in self.fields:
+                expression = field.get_col(self.alias)
+                functions = [
+                    *connection.ops.get_db_converters(expression),
+                    # Field.get_db_converters exists (Django's compiler calls it); the
+                    # stubs do not declare it.
+                    *field.get_db_converters(connection),  # type: ignore[attr-defined]
+                ]
+                converters.append((expression, functions))
+            self._converters[connection.vendor] = converters
+        return converters
+
+    def build(self, values: Sequence[Any]) -> Any:
+        converted = list(values)
+        for index, (expression, functions) in enumerate(self._converters_here()):
+            for function in functions:
+                converted[index] = function(converted[index], expression, connection)
+        return self.model.from_db(connection.alias, self._names, converted)
+
+
+def approvals_known_none(op: Operation) -> None:
+    """``op`` is known to have no approval request (the hot path wrote or read as much):
+    its representation needs no read of them (``approvals.selectors.request_latest``)."""
+    op._prefetched_objects_cache = {"approval_requests": []}  # type: ignore[attr-defined]
+
+
+def db_datetime(value: datetime | None) -> Any:
+    """A timestamp as a raw statement's parameter on this database."""
+    return connection.ops.adapt_datetimefield_value(value)
