@@ -5,102 +5,141 @@ arguments ("Refund €750.00 to pay_1").
 (``{/amount_cents}``); ``display.fields`` may give a pointer a label and a format:
 
 - ``money``: an amount in ``currency`` (ISO 4217), in minor units (cents) when
-  ``minor_units`` is true; shown with the currency's symbol where it has a common one;
+  ``minor_units`` is true; shown with the currency's symbol where it has a common one,
+  never rounded (an amount with more decimals than the currency has shows them all);
 - ``datetime``: an RFC 3339 string, shown in UTC;
 - ``email``, ``url``: shown as text, never as a link (a summary is not a place to
   click); ``text``: as it is.
 
-Without ``display``, the summary lists the top-level arguments by their schema
-``title`` (or name). A digest of a sensitive value shows as "(sensitive)". The text is
-plain: templates escape it and reveal hidden characters (``console_tags.reveal``).
+Without ``display``, the summary lists the top-level arguments, required ones first, by
+their schema ``title`` (or name). A value the contract marks ``x-sensitive`` shows as
+"(sensitive)" (only those: a runner cannot hide a value by making it look like a
+digest). Whatever a runner sent, formatting never fails and never grows: a value that
+does not fit its format is shown as text, each at most ``MAX_VALUE`` characters. The
+text is plain: templates escape it and reveal hidden characters (``reveal``).
 """
 
+import re
 from datetime import UTC, datetime
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
-from approvals.policy import is_missing, resolve_pointer
+from approvals.policy import is_missing, parse_pointer, resolve_pointer
 
-from .arguments import SENSITIVE_PREFIX
-from .contracts import DISPLAY_PLACEHOLDER
+from .contracts import DISPLAY_PLACEHOLDER, sensitive_paths
 
 SYMBOLS = {"EUR": "€", "USD": "$", "GBP": "£", "JPY": "¥", "CHF": "CHF "}
 # Currencies whose minor unit is not a hundredth.
 MINOR_DIGITS = {"JPY": 0, "KRW": 0, "BHD": 3, "KWD": 3, "TND": 3}
 MISSING = "—"
 FALLBACK_FIELDS = 4
+MAX_VALUE = 200
+AMOUNT = re.compile(r"^-?[0-9]{1,30}(\.[0-9]{1,30})?$")
+EXACT = Context(prec=80)
 
 
-def _money(value: Any, field: dict[str, Any]) -> str:
+def _clip(text: str) -> str:
+    return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 1] + "…"
+
+
+def _money(value: Any, field: dict[str, Any]) -> str | None:
+    """The amount in words, or None when the value is not a plain decimal amount."""
+    text = str(value)
+    if not AMOUNT.match(text):
+        return None
     currency = field.get("currency", "")
-    try:
-        amount = Decimal(str(value))
-    except (InvalidOperation, ValueError):
-        return str(value)
     digits = MINOR_DIGITS.get(currency, 2)
+    amount = Decimal(text)
     if field.get("minor_units"):
-        amount = amount.scaleb(-digits)
-    text = f"{amount:,.{digits}f}"
+        amount = amount.scaleb(-digits, context=EXACT)
+    exponent = amount.as_tuple().exponent
+    shown = max(digits, -exponent) if isinstance(exponent, int) else digits
+    number = f"{abs(amount):,.{shown}f}"
+    sign = "-" if amount < 0 else ""
     symbol = SYMBOLS.get(currency)
-    return f"{symbol}{text}" if symbol else f"{text} {currency}"
+    return f"{sign}{symbol}{number}" if symbol else f"{sign}{number} {currency}"
 
 
-def _datetime(value: Any) -> str:
-    try:
-        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-    except ValueError:
-        return str(value)
+def _datetime(value: Any) -> str | None:
+    moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     if moment.tzinfo is None:
         return moment.strftime("%Y-%m-%d %H:%M")
     return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def format_value(value: Any, field: dict[str, Any] | None = None) -> str:
+def format_value(
+    value: Any, field: dict[str, Any] | None = None, *, sensitive: bool = False
+) -> str:
     """One argument's value as a reviewer reads it."""
     if is_missing(value) or value is None:
         return MISSING
-    if isinstance(value, str) and value.startswith(SENSITIVE_PREFIX):
+    if sensitive:
         return "(sensitive)"
     kind = (field or {}).get("format", "text")
-    if kind == "money" and not isinstance(value, bool):
-        return _money(value, field or {})
-    if kind == "datetime":
-        return _datetime(value)
-    if isinstance(value, dict | list):
-        return "…" if value else ("{}" if isinstance(value, dict) else "[]")
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return str(value)
+    shown: str | None = None
+    try:
+        if kind == "money" and not isinstance(value, bool):
+            shown = _money(value, field or {})
+        elif kind == "datetime":
+            shown = _datetime(value)
+    except (ArithmeticError, InvalidOperation, OverflowError, ValueError):
+        shown = None
+    if shown is None:
+        if isinstance(value, dict | list):
+            shown = "…" if value else ("{}" if isinstance(value, dict) else "[]")
+        elif isinstance(value, bool):
+            shown = "yes" if value else "no"
+        else:
+            shown = str(value)
+    return _clip(shown)
+
+
+def _is_sensitive(pointer: str, secrets: list[tuple[str, ...]]) -> bool:
+    """Whether ``pointer`` reaches into a field the contract marks ``x-sensitive``
+    (``"*"`` in a sensitive path stands for any array index)."""
+    tokens = parse_pointer(pointer)
+    return any(
+        len(tokens) >= len(secret)
+        and all(part == "*" or part == token for part, token in zip(secret, tokens, strict=False))
+        for secret in secrets
+    )
 
 
 def summary(contract: dict[str, Any], arguments: Any) -> str:
     """The operation in one line, from ``contract["display"]`` or the schema's titles."""
     display = contract.get("display") or {}
     fields = display.get("fields", {})
+    schema = contract.get("input_schema", {})
+    secrets = [tuple(path) for path in sensitive_paths(schema)] if isinstance(schema, dict) else []
     template = display.get("summary")
     if template:
-        return DISPLAY_PLACEHOLDER.sub(
-            lambda match: format_value(
-                resolve_pointer(arguments, match.group(1)), fields.get(match.group(1))
-            ),
-            template,
-        )
-    properties = contract.get("input_schema", {}).get("properties", {})
+
+        def fill(match: re.Match[str]) -> str:
+            pointer = match.group(1)
+            return format_value(
+                resolve_pointer(arguments, pointer),
+                fields.get(pointer),
+                sensitive=_is_sensitive(pointer, secrets),
+            )
+
+        return DISPLAY_PLACEHOLDER.sub(fill, template)
     if not isinstance(arguments, dict):
         return format_value(arguments)
+    properties = schema.get("properties", {}) if isinstance(schema, dict) else {}
+    required = schema.get("required", []) if isinstance(schema, dict) else []
+    # Required arguments first, in the schema's order: extra ones a runner adds cannot
+    # push the real ones out of the summary.
+    names = [name for name in required if name in arguments]
+    names += [name for name in properties if name in arguments and name not in names]
+    names += [name for name in arguments if name not in names]
     parts = []
-    for name, value in list(arguments.items())[:FALLBACK_FIELDS]:
+    for name in names[:FALLBACK_FIELDS]:
         pointer = "/" + name.replace("~", "~0").replace("/", "~1")
         field = fields.get(pointer, {})
-        schema = properties.get(name) if isinstance(properties, dict) else None
-        label = field.get("label") or (schema or {}).get("title") or name
-        parts.append(f"{label}: {format_value(value, field)}")
-    if len(arguments) > FALLBACK_FIELDS:
+        property_schema = properties.get(name) if isinstance(properties, dict) else None
+        label = field.get("label") or (property_schema or {}).get("title") or name
+        value = format_value(arguments[name], field, sensitive=_is_sensitive(pointer, secrets))
+        parts.append(f"{label}: {value}")
+    if len(names) > FALLBACK_FIELDS:
         parts.append("…")
     return ", ".join(parts)
-
-
-def labelled(contract: dict[str, Any], pointer: str) -> str | None:
-    """The label ``display.fields`` gives an argument's pointer, if any."""
-    field = (contract.get("display") or {}).get("fields", {}).get(pointer)
-    return field.get("label") if field else None

@@ -1,6 +1,8 @@
 """One approval request: the intent as approvers see it, what changed since the last
 decision on the same call, deciding, and revoking the grant."""
 
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -113,9 +115,15 @@ def _next_for(request: HttpRequest, *, after: str) -> str | None:
     """The next request in inbox order that this person may decide now, if any: after a
     decision the reviewer goes on to it instead of back to the top of the inbox."""
     verified = security.session_verified(request)
-    for item in selectors.requests_pending_for_user(user=request.user)[:50]:
-        if item.id == after:
-            continue
+    person: Any = request.user  # signed in (login_required)
+    candidates = (
+        selectors.requests_pending_for_user(user=person)
+        .filter(expires_at__gt=timezone.now())
+        .exclude(pk=after)
+        .exclude(decisions__user=person)
+        .select_related("operation__tool", "operation__runner")[:50]
+    )
+    for item in candidates:
         refusal = access.decide_refusal(
             user=request.user, request=item, op=item.operation, otp_verified=verified
         )

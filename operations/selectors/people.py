@@ -197,7 +197,12 @@ def nav_counts(*, user: Any) -> dict[str, int]:
         return len(queryset.values_list("pk", flat=True)[:NAV_COUNT_CAP])
 
     return {
-        "pending": capped(requests_pending_for_user(user=user).order_by()),
+        "pending": capped(
+            requests_pending_for_user(user=user)
+            .filter(expires_at__gt=timezone.now())
+            .exclude(decisions__user=user)
+            .order_by()
+        ),
         "unknown": capped(
             Operation.objects.filter(tool__in=reconcilable, status=Status.OUTCOME_UNKNOWN)
         ),

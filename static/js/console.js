@@ -53,7 +53,12 @@
     if (!(target instanceof Element)) return false;
     if (target.isContentEditable) return true;
     const tag = target.tagName;
-    return tag === "INPUT" || tag === "TEXTAREA" || tag === "SELECT";
+    if (tag === "INPUT") {
+      // Ticking a box or pressing a button is not typing: the keys keep working.
+      const type = (target.getAttribute("type") || "text").toLowerCase();
+      return ["checkbox", "radio", "button", "submit", "reset"].indexOf(type) === -1;
+    }
+    return tag === "TEXTAREA" || tag === "SELECT";
   }
 
   function keynavTable() {
@@ -172,6 +177,7 @@
       if (!names.length) return;
       table.querySelectorAll("tbody tr").forEach(function (row) {
         Array.from(row.children).forEach(function (cell, index) {
+          if (cell.colSpan > 1) return; // "nothing here" rows span the table
           if (!cell.hasAttribute("data-label")) cell.setAttribute("data-label", names[index] || "");
         });
       });
@@ -205,7 +211,7 @@
 
   function onDecideKey(key) {
     const target = document.querySelector("form[data-decide] [data-shortcut='" + key + "']");
-    if (!target) return false;
+    if (!target || target.disabled) return false;
     target.focus();
     const hint = document.getElementById("decide-hint");
     if (hint) {

@@ -36,7 +36,6 @@ def _contract(display=None, properties=None):
         ({"format": "datetime"}, "2026-11-30T18:05:00+01:00", "2026-11-30 17:05 UTC"),
         ({"format": "email"}, "ann@example.com", "ann@example.com"),
         ({"format": "url"}, "https://evil.example/x", "https://evil.example/x"),
-        ({}, "hmac-sha256:k1:abcd", "(sensitive)"),
         ({}, True, "yes"),
     ],
 )
@@ -92,3 +91,47 @@ def test_a_changed_display_waits_for_a_person_to_activate_it(api):
     # The active display again is no change: it activates by itself.
     same = api.put("/api/v1/tools/t", {**contract(), "display": REFUND}).json()
     assert (same["version"], same["active"], same["weakens"]) == (3, True, [])
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "shown"),
+    [
+        # Whatever a runner sends, formatting neither fails nor grows nor rounds.
+        ({"format": "datetime"}, "0001-01-01T00:00:00+01:00", "0001-01-01T00:00:00+01:00"),
+        ({"format": "money", "currency": "EUR", "minor_units": True}, "sNaN", "sNaN"),
+        ({"format": "money", "currency": "EUR"}, "1e999999999", "1e999999999"),
+        ({"format": "money", "currency": "EUR"}, "750.005", "€750.005"),
+        ({"format": "money", "currency": "EUR"}, "1_000", "1_000"),
+        ({"format": "money", "currency": "EUR"}, "\u0661\u0662\u0663", "\u0661\u0662\u0663"),
+        ({"format": "money", "currency": "EUR", "minor_units": True}, -500, "-€5.00"),
+        (
+            {"format": "money", "currency": "EUR", "minor_units": True},
+            123456789012345678901234567890123,
+            "123456789012345678901234567890123",  # past 30 digits: shown as sent
+        ),
+        ({}, "x" * 500, "x" * 199 + "…"),
+    ],
+)
+def test_any_value_is_shown_safely(field, value, shown):
+    display = {"summary": "{/v}", "fields": {"/v": field}}
+    assert summary(_contract(display), {"v": value}) == shown
+
+
+def test_only_what_the_contract_marks_sensitive_is_hidden():
+    """A runner cannot hide a value by making it look like a digest."""
+    properties = {"payment_id": {"type": "string"}, "card": {"type": "string", "x-sensitive": True}}
+    display = {"summary": "{/payment_id} {/card}"}
+    arguments = {"payment_id": "hmac-sha256:k1:pay_real", "card": "hmac-sha256:k1:abcd"}
+    assert summary(_contract(display, properties), arguments) == (
+        "hmac-sha256:k1:pay_real (sensitive)"
+    )
+
+
+def test_the_fallback_puts_required_arguments_first():
+    schema = {
+        "type": "object",
+        "required": ["payment_id", "amount_cents"],
+        "properties": {"payment_id": {}, "amount_cents": {}},
+    }
+    arguments = {"a": 1, "b": 2, "c": 3, "d": 4, "amount_cents": 5, "payment_id": "p"}
+    assert summary({"input_schema": schema}, arguments).startswith("payment_id: p, amount_cents: 5")
