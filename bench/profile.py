@@ -21,21 +21,11 @@ import pstats
 import sys
 import time
 
+from .bench import SCHEMA
 from .stack import is_postgres, recreate_postgres, with_database
 
-CONTRACT = {
-    "effect_class": "irreversible",
-    "input_schema": {
-        "type": "object",
-        "required": ["payment_id", "amount_cents"],
-        "properties": {
-            "payment_id": {"type": "string"},
-            "amount_cents": {"type": "integer", "minimum": 1},
-        },
-        "additionalProperties": False,
-    },
-    "approval": {"mode": "never"},
-}
+# The lifecycle bench's tool (bench/bench.py), without approval.
+CONTRACT = {"effect_class": "irreversible", "input_schema": SCHEMA, "approval": {"mode": "never"}}
 
 
 def main() -> None:

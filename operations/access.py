@@ -17,9 +17,10 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.db.models import Q, QuerySet
 from guardian.core import ObjectPermissionChecker
-from guardian.shortcuts import get_objects_for_user
+from guardian.shortcuts import get_objects_for_user, get_users_with_perms
 
 from approvals.errors import PermissionRefused
 from approvals.models import ApprovalRequest
@@ -277,6 +278,22 @@ def tools_for_user(user: Any, perms: list[str] | None = None) -> QuerySet[Tool]:
     return get_objects_for_user(
         user, perms or [DECIDE, RECONCILE], klass=Tool, any_perm=True, accept_global_perms=True
     )
+
+
+def people_holding(perm: str, tool: Tool) -> list[Any]:
+    """Active people holding ``perm`` on ``tool``: on it, through a group, or for every
+    tool; superusers by that status alone are left out. Whom to tell (notifications); each
+    act is still judged by the rules above when it happens."""
+    app_label, codename = perm.split(".")
+    direct = get_users_with_perms(
+        tool, only_with_perms_in=[codename], with_group_users=True, with_superusers=False
+    )
+    permission = Permission.objects.get(codename=codename, content_type__app_label=app_label)
+    global_holders = get_user_model().objects.filter(
+        Q(user_permissions=permission) | Q(groups__permissions=permission)
+    )
+    people = {user.pk: user for user in [*direct, *global_holders]}
+    return [user for user in people.values() if user.is_active]
 
 
 def sees_everything(user: Any) -> bool:

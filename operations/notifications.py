@@ -2,11 +2,7 @@
 confirm a proposed "did not happen" (four eyes)."""
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 from django.core.mail import send_mail
-from django.db.models import Q
-from guardian.shortcuts import get_users_with_perms
 
 from approvals.models import ApprovalRequest
 
@@ -15,20 +11,11 @@ from .models import Resolution
 
 
 def approvers_for(request: ApprovalRequest) -> list:
-    tool = request.operation.tool
-    direct = get_users_with_perms(
-        tool, only_with_perms_in=["decide_tool"], with_group_users=True, with_superusers=False
-    )
-    permission = Permission.objects.get(
-        codename="decide_tool", content_type__app_label="operations"
-    )
-    global_holders = get_user_model().objects.filter(
-        Q(user_permissions=permission) | Q(groups__permissions=permission)
-    )
     barred = access.barred_user_ids(request=request, op=request.operation)
-    people = {user.pk: user for user in [*direct, *global_holders]}
     return [
-        user for user in people.values() if user.is_active and user.email and user.pk not in barred
+        user
+        for user in access.people_holding(access.DECIDE, request.operation.tool)
+        if user.email and user.pk not in barred
     ]
 
 
@@ -62,21 +49,10 @@ def approvers_notify(*, request_id: str) -> int:
 def confirmers_for(resolution: Resolution) -> list:
     """Who may confirm ``resolution``: people who may reconcile its tool, but not the one
     who proposed it."""
-    tool = resolution.operation.tool
-    direct = get_users_with_perms(
-        tool, only_with_perms_in=["reconcile_tool"], with_group_users=True, with_superusers=False
-    )
-    permission = Permission.objects.get(
-        codename="reconcile_tool", content_type__app_label="operations"
-    )
-    global_holders = get_user_model().objects.filter(
-        Q(user_permissions=permission) | Q(groups__permissions=permission)
-    )
-    people = {user.pk: user for user in [*direct, *global_holders]}
     return [
         user
-        for user in people.values()
-        if user.is_active and user.email and user.pk != resolution.declared_by_id
+        for user in access.people_holding(access.RECONCILE, resolution.operation.tool)
+        if user.email and user.pk != resolution.declared_by_id
     ]
 
 

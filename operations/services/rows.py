@@ -23,44 +23,6 @@ from django.db.models import Field, Model
 
 from ..models import Operation
 
-_INSERTS: dict[tuple[str, type[Model], bool], tuple[str, list[Any]]] = {}
-
-
-def insert_unless_conflict(instance: Model) -> bool:
-    """INSERT one row, or nothing when a unique constraint already holds its values.
-
-    ``ON CONFLICT DO NOTHING`` says what a savepoint around a failing ``save`` said,
-    in one statement and without aborting the transaction; the caller reads what the
-    conflict was only when there was one. The statement text is built once per model.
-    """
-    model = type(instance)
-    auto_key = getattr(instance, model._meta.pk.attname) is None
-    key = (connection.vendor, model, auto_key)
-    built = _INSERTS.get(key)
-    if built is None:
-        fields = [
-            field for field in model._meta.concrete_fields if not (field.primary_key and auto_key)
-        ]
-        quote = connection.ops.quote_name
-        columns = ", ".join(quote(field.column) for field in fields)
-        marks = ", ".join(["%s"] * len(fields))
-        # Names from the model's own metadata, values as parameters.
-        table = quote(model._meta.db_table)
-        sql = f"INSERT INTO {table} ({columns}) VALUES ({marks}) ON CONFLICT DO NOTHING"  # noqa: S608
-        built = _INSERTS[key] = (sql, fields)
-    sql, fields = built
-    params = [
-        field.get_db_prep_save(field.pre_save(instance, True), connection) for field in fields
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        inserted = cursor.rowcount == 1
-    if inserted:
-        instance._state.adding = False
-        instance._state.db = connection.alias
-    return inserted
-
-
 _INSERT_ROWS: dict[tuple[str, type[Model], bool, int], tuple[str, list[Any]]] = {}
 
 
@@ -80,6 +42,7 @@ def _insert_parts(instances: list[Model]) -> tuple[str, list[Any]]:
         row = "(" + ", ".join(["%s"] * len(fields)) + ")"
         table = quote(model._meta.db_table)
         values = ", ".join([row] * len(instances))
+        # Names from the models' own metadata, values as parameters.
         sql = f"INSERT INTO {table} ({columns}) VALUES {values}"  # noqa: S608
         built = _INSERT_ROWS[key] = (sql, fields)
     sql, fields = built
@@ -89,6 +52,28 @@ def _insert_parts(instances: list[Model]) -> tuple[str, list[Any]]:
         for field in fields
     ]
     return sql, params
+
+
+def _written(instances: Iterable[Model]) -> None:
+    for instance in instances:
+        instance._state.adding = False
+        instance._state.db = connection.alias
+
+
+def insert_unless_conflict(instance: Model) -> bool:
+    """INSERT one row, or nothing when a unique constraint already holds its values.
+
+    ``ON CONFLICT DO NOTHING`` says what a savepoint around a failing ``save`` said,
+    in one statement and without aborting the transaction; the caller reads what the
+    conflict was only when there was one.
+    """
+    sql, params = _insert_parts([instance])
+    with connection.cursor() as cursor:
+        cursor.execute(sql + " ON CONFLICT DO NOTHING", params)
+        inserted = cursor.rowcount == 1
+    if inserted:
+        _written([instance])
+    return inserted
 
 
 def insert_all(*instances: Model) -> None:
@@ -118,9 +103,7 @@ def insert_all(*instances: Model) -> None:
     with connection.cursor() as cursor:
         for sql, params in statements:
             cursor.execute(sql, params)
-    for instance in instances:
-        instance._state.adding = False
-        instance._state.db = connection.alias
+    _written(instances)
 
 
 _UPDATES: dict[tuple[str, type[Model], tuple[str, ...]], tuple[str, list[Any]]] = {}

@@ -1,6 +1,8 @@
 """Fixtures of the operations tests."""
 
 import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
 
 from tests.support.lookup_server import LookupServer
 
@@ -13,3 +15,10 @@ def lookup_server(settings):
     settings.RECONCILE_FIRST_PROBE_DELAY_S = 0
     yield server
     server.close()
+
+
+def migrate_to(targets) -> None:
+    """Migrate the test database to ``targets`` (migration tests; they are transactional)."""
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(targets)

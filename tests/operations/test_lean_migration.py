@@ -8,20 +8,15 @@ from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
 
 from operations.models import Event, Operation, Run, Runner
+from tests.operations.conftest import migrate_to
 
 BEFORE = [("operations", "0006_toolversion_registering_owner")]
-
-
-def _migrate(targets) -> None:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
 
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_heads_principal_users_and_webhook_patterns_are_filled_in():
-    _migrate(BEFORE)
+    migrate_to(BEFORE)
     old = MigrationExecutor(connection).loader.project_state(BEFORE).apps
     users = old.get_model("auth", "User").objects
     alice = users.create(username="Alice")
@@ -74,7 +69,7 @@ def test_heads_principal_users_and_webhook_patterns_are_filled_in():
     endpoints.create(runner=runner, url="https://b.example", events=["approval.*", "operation.*"])
     endpoints.create(runner=runner, url="https://c.example", events=["run.*"], is_active=False)
 
-    _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    migrate_to(MigrationExecutor(connection).loader.graph.leaf_nodes())
 
     op = Operation.objects.get(pk=with_events.id)
     assert (op.event_seq, op.event_head) == (3, "3" * 64)

@@ -8,20 +8,15 @@ from django.db.migrations.executor import MigrationExecutor
 
 from operations import access
 from operations.models import Runner, Tool
+from tests.operations.conftest import migrate_to
 
 BEFORE = [("operations", "0003_search_indexes")]
-
-
-def _migrate(targets) -> None:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
 
 
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
 def test_ownership_goes_to_the_first_registering_runner_and_invokers_keep_their_tools():
-    _migrate(BEFORE)
+    migrate_to(BEFORE)
     old = MigrationExecutor(connection).loader.project_state(BEFORE).apps
     user_model = old.get_model("auth", "User")
     runner_model = old.get_model("operations", "Runner")
@@ -51,7 +46,7 @@ def test_ownership_goes_to_the_first_registering_runner_and_invokers_keep_their_
         status="ready",
     )
 
-    _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    migrate_to(MigrationExecutor(connection).loader.graph.leaf_nodes())
 
     tool = Tool.objects.get(pk="t")
     assert tool.owner == Runner.objects.get(name="first")
