@@ -22,6 +22,8 @@ class ApprovalRequest(models.Model):
         EXPIRED = "expired"
         REVOKED = "revoked"
         WITHDRAWN = "withdrawn"
+        # A person approved with changes: the successor operation has its own request.
+        SUPERSEDED = "superseded"
 
     id = models.CharField(
         primary_key=True, max_length=40, default=partial(new_id, "apr"), editable=False
@@ -44,6 +46,12 @@ class ApprovalRequest(models.Model):
     created_at = models.DateTimeField()
     expires_at = models.DateTimeField()
     decided_at = models.DateTimeField(null=True, blank=True)
+    # Escalation (contract approval.escalate_after_s / escalate_to), set when the request
+    # opens: from ``escalate_at`` on (the sweep sets ``escalated_at``) the members of the
+    # group ``escalate_to`` may decide it too.
+    escalate_at = models.DateTimeField(null=True, blank=True)
+    escalate_to = models.CharField(max_length=150, blank=True, default="")
+    escalated_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -52,6 +60,11 @@ class ApprovalRequest(models.Model):
             ),
             models.Index(fields=["operation", "created_at"], name="apr_operation_created"),
             models.Index(fields=["decided_at"], name="apr_decided_at"),
+            models.Index(
+                fields=["escalate_at"],
+                name="apr_escalation_due",
+                condition=Q(status="pending", escalated_at__isnull=True),
+            ),
         ]
         ordering = ["created_at"]
 

@@ -82,12 +82,7 @@ def decision_record(
     answer, refused here after the request's own state.
     """
     now = now or timezone.now()
-    if request.status != Status.PENDING:
-        raise DecisionRefused(f"This request is {request.status}; it takes no more decisions.")
-    if request.expires_at <= now:
-        raise DecisionRefused("This request has expired.")
-    if refusal:
-        raise PermissionRefused(refusal)
+    decision_check(request=request, refusal=refusal, now=now)
     comment = comment.strip()
     if not approve and not comment:
         raise DecisionRefused("A rejection needs a reason; the runner receives it.")
@@ -125,6 +120,23 @@ def decision_record(
     else:
         outcome = "pending"
     return DecisionResult(decision=decision, request=request, grant=grant, outcome=outcome)
+
+
+def decision_check(*, request: ApprovalRequest, refusal: str | None, now) -> None:
+    """Refuse a decision on a request that takes none, or by a person who may not."""
+    if request.status != Status.PENDING:
+        raise DecisionRefused(f"This request is {request.status}; it takes no more decisions.")
+    if request.expires_at <= now:
+        raise DecisionRefused("This request has expired.")
+    if refusal:
+        raise PermissionRefused(refusal)
+
+
+def request_supersede(*, request: ApprovalRequest, now) -> None:
+    """A person approved with changes: this request ends, the successor's carries on."""
+    request.status = Status.SUPERSEDED
+    request.decided_at = now
+    request.save(update_fields=["status", "decided_at"])
 
 
 def grant_revoke(*, request: ApprovalRequest, user: Any, reason: str, now=None) -> Grant:

@@ -1,4 +1,10 @@
+import json
+from typing import Any
+
 from django import forms
+
+from approvals.policy import is_missing, parse_pointer, resolve_pointer
+from operations.schema_paths import Unproven, locate
 
 
 class DecisionForm(forms.Form):
@@ -34,3 +40,81 @@ class NoteForm(forms.Form):
 class ConfirmForm(forms.Form):
     decision = forms.ChoiceField(choices=[("confirm", "Confirm"), ("dispute", "Dispute")])
     note = forms.CharField(required=False, max_length=4000, widget=forms.Textarea)
+
+
+# --- edit before approve ------------------------------------------------------------------
+
+
+def _kind(schema: dict[str, Any], pointer: str) -> str:
+    """How a person types the value at ``pointer``: the JSON type the schema declares
+    there when it is one simple type, else JSON text."""
+    try:
+        types = locate(schema, parse_pointer(pointer)).types
+    except Unproven:
+        return "json"
+    simple = types - {"null"}
+    if simple == {"integer"}:
+        return "integer"
+    if simple <= {"integer", "number"} and simple:
+        return "number"
+    if simple == {"boolean"}:
+        return "boolean"
+    if simple == {"string"}:
+        return "string"
+    return "json"
+
+
+def editable_fields(op: Any) -> list[dict[str, Any]]:
+    """The fields a person may change when approving ``op`` (contract
+    ``approval.editable``), each with its input's name, label, kind and current text."""
+    contract = op.tool_version.contract
+    labels = (contract.get("display") or {}).get("fields", {})
+    fields = []
+    for index, pointer in enumerate(contract["approval"].get("editable", [])):
+        kind = _kind(contract["input_schema"], pointer)
+        value = resolve_pointer(op.arguments, pointer)
+        if is_missing(value) or value is None:
+            text = ""
+        elif kind in ("string",):
+            text = str(value)
+        else:
+            text = json.dumps(value, ensure_ascii=False)
+        label = (labels.get(pointer) or {}).get("label") or pointer
+        fields.append(
+            {
+                "name": f"edit-{index}",
+                "pointer": pointer,
+                "label": label,
+                "kind": kind,
+                "text": text,
+            }
+        )
+    return fields
+
+
+def parse_edits(op: Any, data: Any) -> dict[str, Any]:
+    """The edits a decision form carries (only fields whose text changed), typed by the
+    schema; ``ValueError`` with a sentence for the person when one cannot be read."""
+    edits = {}
+    for field in editable_fields(op):
+        text = data.get(field["name"])
+        if text is None or text == field["text"]:
+            continue
+        kind = field["kind"]
+        try:
+            if kind == "string":
+                value: Any = text
+            elif kind == "integer":
+                value = int(text.strip())
+            elif kind == "boolean":
+                value = {"true": True, "false": False}[text.strip()]
+            else:
+                value = json.loads(text)
+                if kind == "number" and (
+                    isinstance(value, bool) or not isinstance(value, int | float)
+                ):
+                    raise ValueError
+        except (ValueError, KeyError) as exc:
+            raise ValueError(f"{field['label']}: {text!r} is not a valid {kind}.") from exc
+        edits[field["pointer"]] = value
+    return edits

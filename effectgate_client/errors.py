@@ -197,6 +197,17 @@ class OperationClosed(ProblemError):
     code = "operation_closed"
 
 
+class Superseded(ProblemError):
+    """A person approved the operation with changes; ``successor`` is the one to run."""
+
+    code = "superseded"
+
+    @property
+    def successor(self) -> str | None:
+        value = self.problem.get("successor")
+        return str(value) if value else None
+
+
 class ReconciliationRequired(ProblemError):
     code = "reconciliation_required"
 

@@ -12,7 +12,9 @@ read:
    ``attempt_in_progress``, back off on ``concurrency_conflict``, go back to waiting on
    ``approval_required`` and ``grant_invalid``, stop on ``operation_closed``,
    ``reconciliation_required`` and ``budget_exhausted``, run the undo (when one is
-   given) on ``compensation_required``, raise ``ToolForbidden``.
+   given) on ``compensation_required``, raise ``ToolForbidden``. When a person
+   approved with changes (``superseded``), follow the successor and call the tool with
+   the approver's edits applied to the runner's arguments.
 4. With a claimed attempt, call the tool with the operation's idempotency key, beating
    the lease's heartbeat from a background thread while the call runs, and post what
    happened. Effectgate classifies it; a retry (a ``failed`` retryable code, or
@@ -54,6 +56,7 @@ from .errors import (
     ReconciliationRequired,
     RetryLater,
     StaleAttempt,
+    Superseded,
     TransportError,
 )
 from .outcomes import Succeeded, ToolOutcome
@@ -62,8 +65,38 @@ from .waiters import PollingWaiter, Waiter
 logger = logging.getLogger(__name__)
 
 TERMINAL = frozenset(
-    {"succeeded", "rejected", "failed_permanent", "budget_exhausted", "compensated", "cancelled"}
+    {
+        "succeeded",
+        "rejected",
+        "failed_permanent",
+        "budget_exhausted",
+        "compensated",
+        "cancelled",
+        "superseded",
+    }
 )
+
+
+def apply_edits(arguments: dict[str, Any], edits: list[dict[str, Any]]) -> dict[str, Any]:
+    """The runner's own arguments with an approver's edits applied (each edit's ``path``
+    is a JSON pointer, ``to`` the new value). Applied to the runner's copy, not to the
+    stored arguments, because sensitive values are stored as digests; an approver
+    cannot edit a sensitive field."""
+    edited = json.loads(json.dumps(arguments))
+    for edit in edits:
+        tokens = [
+            token.replace("~1", "/").replace("~0", "~") for token in edit["path"].split("/")[1:]
+        ]
+        parent: Any = edited
+        for token in tokens[:-1]:
+            parent = (
+                parent[int(token)] if isinstance(parent, list) else parent.setdefault(token, {})
+            )
+        if isinstance(parent, list):
+            parent[int(tokens[-1])] = edit["to"]
+        else:
+            parent[tokens[-1]] = edit["to"]
+    return edited
 
 
 @dataclass(frozen=True)
@@ -242,6 +275,11 @@ class Runner:
                 attempt = None
                 continue
             status = op["status"]
+            if status == "superseded" and op.get("superseded_by"):
+                # A person approved an edited copy: run that one, with their changes.
+                op = self.client.get_operation(op["superseded_by"])
+                arguments = apply_edits(arguments, op.get("edits") or [])
+                continue
             if status in TERMINAL:
                 break
             if status == "outcome_unknown":
@@ -283,6 +321,7 @@ class Runner:
                     break
                 self.sleep(wait)
             except (
+                Superseded,
                 OperationClosed,
                 ReconciliationRequired,
                 CompensationRequired,

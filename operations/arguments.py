@@ -17,6 +17,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from approvals.policy import is_missing, json_equal, parse_pointer, resolve_pointer
+
 from .canonical import canonical_json
 from .contracts import sensitive_paths
 from .errors import InvalidArguments
@@ -73,3 +75,59 @@ def freeze_arguments(schema: dict[str, Any], arguments: Any, *, key: str, key_id
     for secret in sensitive_paths(schema):
         frozen = replace(frozen, secret)
     return frozen
+
+
+def _under_secret(path: tuple, secrets: list[tuple[str, ...]]) -> bool:
+    tokens = tuple(str(part) for part in path)
+    return any(
+        len(tokens) >= len(secret)
+        and all(a == b or b == "*" for a, b in zip(tokens, secret, strict=False))
+        for secret in secrets
+    )
+
+
+def validate_frozen(schema: dict[str, Any], frozen: Any) -> None:
+    """Validate arguments that are already frozen (a person's edit of stored arguments):
+    a sensitive value is a digest there, so checks of it or inside it are skipped; every
+    other error is reported as ``validate_arguments`` does."""
+    secrets = sensitive_paths(schema)
+    validator = Draft202012Validator(schema)
+    errors = [
+        {"path": "/arguments" + _pointer(error.absolute_path), "message": error.message}
+        for error in sorted(validator.iter_errors(frozen), key=lambda e: list(e.absolute_path))
+        if not _under_secret(tuple(error.absolute_path), secrets)
+    ]
+    if errors:
+        raise InvalidArguments(f"{len(errors)} argument error(s); see errors.", errors=errors[:50])
+
+
+def apply_edits(frozen: Any, edits: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
+    """A copy of ``frozen`` with each JSON pointer of ``edits`` set to its value, and the
+    list of changes (``{"path", "from", "to"}``, ``from`` null where the place was empty).
+    An edit equal to the value already there (JSON equality) is no change."""
+    edited = copy.deepcopy(frozen)
+    changes = []
+    for pointer, value in edits.items():
+        before = resolve_pointer(edited, pointer)
+        if not is_missing(before) and json_equal(before, value) and type(before) is type(value):
+            continue
+        tokens = parse_pointer(pointer)
+        parent = edited
+        try:
+            for token in tokens[:-1]:
+                parent = (
+                    parent[int(token)] if isinstance(parent, list) else parent.setdefault(token, {})
+                )
+            if isinstance(parent, list):
+                parent[int(tokens[-1])] = value
+            else:
+                parent[tokens[-1]] = value
+        except (IndexError, ValueError, TypeError, AttributeError) as exc:
+            raise InvalidArguments(
+                f"{pointer} cannot be set in these arguments.",
+                errors=[{"path": "/arguments" + pointer, "message": "no such place"}],
+            ) from exc
+        changes.append(
+            {"path": pointer, "from": None if is_missing(before) else before, "to": value}
+        )
+    return edited, changes

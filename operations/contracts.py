@@ -79,6 +79,16 @@ CONTRACT_SCHEMA: dict[str, Any] = {
                 "approvals_required": {"type": "integer", "minimum": 1, "maximum": 10},
                 "request_ttl_s": _positive,
                 "grant_ttl_s": _positive,
+                # Fields a person may change when approving (a successor is registered).
+                "editable": {
+                    "type": "array",
+                    "items": _pointer,
+                    "uniqueItems": True,
+                    "maxItems": 50,
+                },
+                # Offer a request still pending after this long to a group of people too.
+                "escalate_after_s": _positive,
+                "escalate_to": {"type": "string", "minLength": 1, "maxLength": 150},
             },
         },
         "reconcile": {
@@ -311,6 +321,7 @@ def normalize_contract(body: Any) -> dict[str, Any]:
     if approval["mode"] != "rules" and approval["rules"]:
         problems.append({"path": "/approval/rules", "message": 'rules need mode "rules"'})
     problems.extend(_unproven_places(schema, approval["rules"], body.get("concurrency_key")))
+    problems.extend(_approval_extra_problems(schema, approval, secret_paths))
     for index, rule in enumerate(approval["rules"]):
         tokens = parse_pointer(rule["path"])
         if any(_overlaps(tokens, secret) for secret in secret_paths):
@@ -366,6 +377,29 @@ def normalize_contract(body: Any) -> dict[str, Any]:
     if "display" in body:
         normalized["display"] = copy.deepcopy(body["display"])
     return normalized
+
+
+def _approval_extra_problems(
+    schema: dict[str, Any], approval: dict[str, Any], secret_paths: list[tuple[str, ...]]
+) -> list[dict[str, str]]:
+    """Editable fields must be declared places that are not sensitive (a person edits
+    what they can read); escalation needs both its time and its group."""
+    problems = []
+    for index, pointer in enumerate(approval.get("editable", [])):
+        where = f"/approval/editable/{index}"
+        tokens = parse_pointer(pointer)
+        if any(_overlaps(tokens, secret) for secret in secret_paths):
+            problems.append({"path": where, "message": "a sensitive field cannot be editable"})
+            continue
+        try:
+            locate(schema, tokens)
+        except Unproven as exc:
+            problems.append({"path": where, "message": f"{pointer} is not declared: {exc}"})
+    if ("escalate_after_s" in approval) != ("escalate_to" in approval):
+        problems.append(
+            {"path": "/approval", "message": "escalate_after_s and escalate_to go together"}
+        )
+    return problems
 
 
 def _display_problems(display: dict[str, Any] | None) -> list[dict[str, str]]:
@@ -426,6 +460,13 @@ def _setting_weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
                 reasons.append(
                     f"approval rule removed or changed: {rule['path']} {rule['op']} {value}"
                 )
+    if set(new_a.get("editable", [])) - set(old_a.get("editable", [])):
+        reasons.append("more fields a person may edit when approving")
+    if new_a.get("escalate_to") and (
+        new_a.get("escalate_to") != old_a.get("escalate_to")
+        or new_a["escalate_after_s"] < old_a["escalate_after_s"]
+    ):
+        reasons.append("approval requests are offered to another group, or sooner")
     if new_a["approvals_required"] < old_a["approvals_required"]:
         reasons.append("fewer approvals required")
     for ttl in ("request_ttl_s", "grant_ttl_s"):

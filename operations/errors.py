@@ -88,6 +88,16 @@ class OperationClosed(DomainError):
     code, status, title = "operation_closed", 409, "The operation has ended"
 
 
+class Superseded(DomainError):
+    """A person approved an edited copy: ``successor`` is the operation to run."""
+
+    code, status, title = (
+        "superseded",
+        409,
+        "A person approved this operation with changes; run its successor instead",
+    )
+
+
 class ReconciliationRequired(DomainError):
     code, status, title = (
         "reconciliation_required",

@@ -24,6 +24,8 @@ class Status(StrEnum):
     BUDGET_EXHAUSTED = "budget_exhausted"
     COMPENSATED = "compensated"
     CANCELLED = "cancelled"
+    # A person approved it with changed arguments: a successor operation took its place.
+    SUPERSEDED = "superseded"
 
 
 class EffectClass(StrEnum):
@@ -45,6 +47,7 @@ TERMINAL = frozenset(
         Status.BUDGET_EXHAUSTED,
         Status.COMPENSATED,
         Status.CANCELLED,
+        Status.SUPERSEDED,
     }
 )
 
@@ -75,6 +78,7 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
             Status.BUDGET_EXHAUSTED,
             Status.SUCCEEDED,
             Status.OUTCOME_UNKNOWN,
+            Status.SUPERSEDED,
         }
     ),
     Status.READY: frozenset(
@@ -108,6 +112,7 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.FAILED_PERMANENT: frozenset(),
     Status.BUDGET_EXHAUSTED: frozenset(),
     Status.COMPENSATED: frozenset(),
+    Status.SUPERSEDED: frozenset(),
 }
 
 

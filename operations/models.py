@@ -258,6 +258,12 @@ class Operation(models.Model):
     previous = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="retries"
     )
+    # Edit before approve: the operation that took this one's place (status superseded),
+    # and on that successor the changes a person made ([{"path", "from", "to"}]).
+    superseded_by = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    edits = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     # Kept beside the status (set with every transition) so that queues can be ordered
@@ -556,3 +562,31 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.stream}#{self.seq} {self.kind}"
+
+
+class SavedView(models.Model):
+    """A person's named filters of a console list (the operations list or the queue):
+    a preference, not part of the ledger. ``query`` is the list's query string."""
+
+    class ListName(models.TextChoices):
+        OPERATIONS = "operations"
+        RECONCILIATION = "reconciliation"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="saved_views"
+    )
+    list_name = models.CharField(max_length=20, choices=ListName.choices)
+    name = models.CharField(max_length=80)
+    query = models.CharField(max_length=1000, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["user", "list_name", "name"], name="savedview_unique_name"
+            )
+        ]
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"{self.user} {self.list_name}: {self.name}"

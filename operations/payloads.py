@@ -97,6 +97,8 @@ def operation(op: Operation) -> dict[str, Any]:
         "error_detail": op.error_detail or None,
         "next_probe_at": iso(op.next_probe_at),
         "previous_operation": op.previous_id,
+        "superseded_by": op.superseded_by_id,
+        "edits": op.edits,
         "allowed_next_actions": allowed_next_actions(
             status=op.status, now=timezone.now(), not_before=op.not_before
         ),

@@ -252,6 +252,16 @@ def _blank_to_none(value: str) -> str | None:
     return value or None
 
 
+class EditOut(serializers.Serializer):
+    path = serializers.CharField()
+    to = AnyJSON(allow_null=True)
+
+    def get_fields(self) -> dict[str, Any]:
+        fields = super().get_fields()
+        fields["from"] = AnyJSON(allow_null=True)  # a Python keyword, so set here
+        return fields
+
+
 class OperationOut(serializers.Serializer):
     id = serializers.CharField()
     run = serializers.CharField(source="run_id")
@@ -276,6 +286,16 @@ class OperationOut(serializers.Serializer):
     error_detail = serializers.SerializerMethodField()
     next_probe_at = serializers.DateTimeField(allow_null=True)
     previous_operation = serializers.CharField(source="previous_id", allow_null=True)
+    superseded_by = serializers.CharField(
+        source="superseded_by_id",
+        allow_null=True,
+        help_text="Set when a person approved an edited copy: the operation to run instead.",
+    )
+    edits = serializers.ListField(
+        child=EditOut(),
+        allow_null=True,
+        help_text="On an edited copy: what the approver changed (JSON pointers into arguments).",
+    )
     allowed_next_actions = serializers.SerializerMethodField()
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
@@ -474,6 +494,8 @@ _MESSAGES = {
     "budget_exhausted": "The call to {tool} was stopped: its retry or time budget is used up.",
     "compensated": "The call to {tool} was undone; it had no lasting effect.",
     "cancelled": "The call to {tool} was cancelled before it ran.",
+    "superseded": "A person approved the call to {tool} with changes; it runs as "
+    "{successor} with the changed arguments. Do not call it again as it was.",
 }
 
 
@@ -486,6 +508,7 @@ def tool_result(op: Operation) -> dict[str, Any]:
         tool=op.tool_id,
         reference=f" (reference {op.downstream_id})" if op.downstream_id else "",
         reason=reason if op.status in {"rejected", "failed_permanent"} else "",
+        successor=op.superseded_by_id,
     )
     return {
         "status": op.status,

@@ -17,7 +17,7 @@ from operations.canonical import canonical_json
 from operations.errors import NotFound
 
 from .. import security
-from ..forms import DecisionForm, RevokeForm
+from ..forms import DecisionForm, RevokeForm, editable_fields, parse_edits
 from ..middleware import HtmxHttpRequest
 from ..presenters import changes, flatten
 from .common import found, partial
@@ -77,6 +77,7 @@ def approval_detail(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
         "verify_second_factor": refusal == access.SECOND_FACTOR_REFUSAL,
         "compared": compared,
         "form": DecisionForm(),
+        "editable": editable_fields(op) if pending and refusal is None else [],
         "revoke_form": RevokeForm(),
         "now": now,
     }
@@ -93,18 +94,35 @@ def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
         return redirect("console:approval", approval_id=approval.id)
     approve = form.cleaned_data["decision"] == "approve"
     try:
+        edits = parse_edits(approval.operation, request.POST) if approve else {}
+    except ValueError as exc:
+        messages.error(request, f"Nothing was decided. {exc}")
+        return redirect("console:approval", approval_id=approval.id)
+    try:
         op = services.approval_decide(
             request_id=approval.id,
             user=request.user,
             approve=approve,
             comment=form.cleaned_data["comment"],
             otp_verified=security.session_verified(request),
+            edits=edits,
         )
     except Refusal as refusal:
-        messages.error(request, refusal.detail)
+        errors = "; ".join(
+            f"{e['path'].removeprefix('/arguments')}: {e['message']}"
+            for e in refusal.extra.get("errors", [])
+        )
+        messages.error(request, f"Nothing was decided. {refusal.detail} {errors}".strip())
         return redirect("console:approval", approval_id=approval.id)
-    verb = "Approved" if approve else "Rejected"
-    messages.success(request, f"{verb} {op.tool_id} {op.id}; the operation is now {op.status}.")
+    if op.id != approval.operation_id:
+        messages.success(
+            request,
+            f"Approved {op.tool_id} with your changes as {op.id} (the original is superseded); "
+            f"it is now {op.status}.",
+        )
+    else:
+        verb = "Approved" if approve else "Rejected"
+        messages.success(request, f"{verb} {op.tool_id} {op.id}; the operation is now {op.status}.")
     following = _next_for(request, after=approval.id)
     if following is not None:
         return redirect("console:approval", approval_id=following)

@@ -30,6 +30,7 @@ STATE_TONES = {
     Status.BUDGET_EXHAUSTED: "bad",
     Status.COMPENSATED: "undo",
     Status.CANCELLED: "neutral",
+    Status.SUPERSEDED: "neutral",
 }
 
 

@@ -99,7 +99,12 @@ def approval_comparison(request: ApprovalRequest) -> tuple[str, Operation] | Non
     if ApprovalRequest.objects.filter(operation=op, created_at__lt=request.created_at).exists():
         return ("an earlier request for this operation", op)
     if op.previous_id:
-        return ("the operation this one retries", cast(Operation, op.previous))
+        label = (
+            "the operation this edited copy replaces"
+            if op.edits
+            else "the operation this one retries"
+        )
+        return (label, cast(Operation, op.previous))
     earlier = (
         Operation.objects.filter(run_id=op.run_id, tool_id=op.tool_id, id__lt=op.id)
         .order_by("-id")

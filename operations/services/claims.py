@@ -54,6 +54,11 @@ def claim_locked(
             )
         lease_expire_locked(op, actor=actor, now=now)
 
+    if op.status == Status.SUPERSEDED:
+        return errors.Superseded(
+            f"Operation {op.id} was approved with changes as {op.superseded_by_id}; claim that.",
+            successor=op.superseded_by_id,
+        )
     if op.status in machine.TERMINAL:
         return errors.OperationClosed(f"Operation {op.id} is {op.status}.")
     if op.status == Status.OUTCOME_UNKNOWN:

@@ -1,5 +1,6 @@
 """People's approval decisions and revocations, and the transitions that follow."""
 
+import re
 from datetime import datetime
 from typing import Any
 
@@ -11,18 +12,25 @@ from approvals.errors import DecisionRefused, Refusal
 from approvals.models import ApprovalRequest
 
 from .. import access, errors
+from ..arguments import apply_edits, validate_frozen
+from ..canonical import intent_hash
 from ..machine import Status
 from ..models import (
     Operation,
 )
 from .core import (
     Actor,
+    approval_request_open,
     enter,
+    event_append,
     lock,
     outbox_approval_decided,
+    outbox_enqueue,
     raise_after_commit,
     record,
 )
+from .registration import concurrency_value
+from .rows import insert_unless_conflict
 
 
 def _lock_request(request_id: str) -> tuple[Operation, ApprovalRequest]:
@@ -54,7 +62,13 @@ def request_expire_locked(op: Operation, request: ApprovalRequest, *, now: datet
 
 
 def approval_decide(
-    *, request_id: str, user: Any, approve: bool, comment: str, otp_verified: bool = False
+    *,
+    request_id: str,
+    user: Any,
+    approve: bool,
+    comment: str,
+    otp_verified: bool = False,
+    edits: dict[str, Any] | None = None,
 ) -> Operation:
     """One person's decision on a pending request, and the transition that follows.
 
@@ -64,6 +78,11 @@ def approval_decide(
     ``access.decide_refusal``, and so is the second factor: ``otp_verified`` says
     whether the person's session was verified with a one-time password, which
     ``access.decision_needs_second_factor`` may require.
+
+    ``edits`` (JSON pointer to value, approvals only) changes fields the contract lists
+    in ``approval.editable``: see ``_approve_edited``. Edits equal to the values already
+    there change nothing, and the decision is a plain approval. Answers the operation
+    the decision leaves to run: the successor when there was an edit.
     """
     result: Operation | Exception
     with transaction.atomic():
@@ -72,62 +91,233 @@ def approval_decide(
         if request.status == ApprovalRequest.RequestStatus.PENDING and request.expires_at <= now:
             request_expire_locked(op, request, now=now)
         try:
-            decided = approval_services.decision_record(
-                request=request,
-                user=user,
-                approve=approve,
-                comment=comment,
-                refusal=access.decide_refusal(
-                    user=user, request=request, op=op, otp_verified=otp_verified
-                ),
-                now=now,
-            )
+            changes: list[dict[str, Any]] = []
+            if edits and approve:
+                edited, changes = _edited_arguments(op, edits)
+            if changes:
+                approval_services.decision_check(
+                    request=request,
+                    refusal=access.decide_refusal(
+                        user=user, request=request, op=op, otp_verified=otp_verified
+                    ),
+                    now=now,
+                )
+                result = _approve_edited(
+                    op,
+                    request,
+                    user=user,
+                    edited=edited,
+                    changes=changes,
+                    comment=comment,
+                    otp_verified=otp_verified,
+                    now=now,
+                )
+            else:
+                result = _decide_locked(
+                    op,
+                    request,
+                    user=user,
+                    approve=approve,
+                    comment=comment,
+                    otp_verified=otp_verified,
+                    now=now,
+                )
         except Refusal as refusal:
             result = refusal
-        else:
-            actor = Actor.of_user(user)
-            record(
-                op,
-                kind="decision",
-                actor=actor,
-                now=now,
-                data={
-                    "approval": request.id,
-                    "decision": decided.decision.decision,
-                    "comment": decided.decision.comment,
-                    "approvals": request.decisions.filter(decision="approve").count(),
-                    "approvals_required": request.approvals_required,
-                },
-            )
-            if decided.outcome == "approved" and decided.grant is not None:
-                enter(
-                    op,
-                    to=Status.READY,
-                    kind="granted",
-                    actor=actor,
-                    now=now,
-                    data={
-                        "approval": request.id,
-                        "grant": decided.grant.id,
-                        "intent_hash": decided.grant.intent_hash,
-                        "expires_at": decided.grant.expires_at,
-                    },
-                )
-            elif decided.outcome == "rejected":
-                enter(
-                    op,
-                    to=Status.REJECTED,
-                    kind="rejected",
-                    actor=actor,
-                    now=now,
-                    data={"approval": request.id, "reason": decided.decision.comment},
-                    error_code="approval_rejected",
-                    error_detail=decided.decision.comment,
-                )
-            if decided.outcome != "pending":
-                outbox_approval_decided(op, request, now=now)
-            result = op
     return raise_after_commit(result)
+
+
+def _decide_locked(
+    op: Operation,
+    request: ApprovalRequest,
+    *,
+    user: Any,
+    approve: bool,
+    comment: str,
+    otp_verified: bool,
+    now: datetime,
+) -> Operation:
+    decided = approval_services.decision_record(
+        request=request,
+        user=user,
+        approve=approve,
+        comment=comment,
+        refusal=access.decide_refusal(user=user, request=request, op=op, otp_verified=otp_verified),
+        now=now,
+    )
+    actor = Actor.of_user(user)
+    record(
+        op,
+        kind="decision",
+        actor=actor,
+        now=now,
+        data={
+            "approval": request.id,
+            "decision": decided.decision.decision,
+            "comment": decided.decision.comment,
+            "approvals": request.decisions.filter(decision="approve").count(),
+            "approvals_required": request.approvals_required,
+        },
+    )
+    if decided.outcome == "approved" and decided.grant is not None:
+        enter(
+            op,
+            to=Status.READY,
+            kind="granted",
+            actor=actor,
+            now=now,
+            data={
+                "approval": request.id,
+                "grant": decided.grant.id,
+                "intent_hash": decided.grant.intent_hash,
+                "expires_at": decided.grant.expires_at,
+            },
+        )
+    elif decided.outcome == "rejected":
+        enter(
+            op,
+            to=Status.REJECTED,
+            kind="rejected",
+            actor=actor,
+            now=now,
+            data={"approval": request.id, "reason": decided.decision.comment},
+            error_code="approval_rejected",
+            error_detail=decided.decision.comment,
+        )
+    if decided.outcome != "pending":
+        outbox_approval_decided(op, request, now=now)
+    return op
+
+
+def _edited_arguments(op: Operation, edits: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:
+    """The operation's frozen arguments with a person's edits, validated, and the list of
+    changes; refused when a field is not editable or the result breaks the schema."""
+    contract = op.tool_version.contract
+    editable = contract["approval"].get("editable", [])
+    not_editable = sorted(set(edits) - set(editable))
+    if not_editable:
+        raise errors.InvalidArguments(
+            f"Only {', '.join(editable) or 'no field'} may be changed when approving.",
+            errors=[{"path": "/arguments" + p, "message": "not editable"} for p in not_editable],
+        )
+    edited, changes = apply_edits(op.arguments, edits)
+    if changes:
+        validate_frozen(contract["input_schema"], edited)
+    return edited, changes
+
+
+EDIT_SUFFIX = re.compile(r"~edit-(\d+)$")
+KEY_MAX_LENGTH = 255  # Operation.operation_key
+
+
+def _successor_key(op: Operation) -> str:
+    """``<original key>~edit-N``: N counts the edits of the original's key."""
+    match = EDIT_SUFFIX.search(op.operation_key)
+    base = op.operation_key[: match.start()] if match else op.operation_key
+    number = int(match.group(1)) + 1 if match else 1
+    while True:
+        key = f"{base}~edit-{number}"
+        if len(key) > KEY_MAX_LENGTH:
+            raise DecisionRefused("This operation's key is too long to register an edited copy.")
+        if not Operation.objects.filter(runner_id=op.runner_id, operation_key=key).exists():
+            return key
+        number += 1
+
+
+def _approve_edited(
+    op: Operation,
+    request: ApprovalRequest,
+    *,
+    user: Any,
+    edited: Any,
+    changes: list[dict[str, Any]],
+    comment: str,
+    otp_verified: bool,
+    now: datetime,
+) -> Operation:
+    """Approve with changes: register a successor operation in the same run with the
+    edited arguments (its own intent hash, ``previous`` the original, key
+    ``<key>~edit-N``) and an approval request on which this person's approval is the
+    first decision, so the quorum counts distinct people on what will actually run.
+    The original ends ``superseded`` pointing at it. One transaction, each step audited.
+    """
+    actor = Actor.of_user(user)
+    contract = op.tool_version.contract
+    successor = Operation(
+        runner=op.runner,
+        run=op.run,
+        tool=op.tool,
+        tool_version=op.tool_version,
+        effect_class=op.effect_class,
+        call_id=op.call_id,
+        operation_key=_successor_key(op),
+        arguments=edited,
+        intent_hash=intent_hash(tool=op.tool_id, arguments=edited, principal=op.principal),
+        principal=op.principal,
+        principal_user_id=op.principal_user_id,
+        status=Status.AWAITING_APPROVAL,
+        deadline_at=op.deadline_at,
+        concurrency_value=concurrency_value(contract, edited),
+        turn=op.turn,
+        status_changed_at=now,
+        previous=op,
+        edits=changes,
+        traceparent=op.traceparent,
+    )
+    insert_unless_conflict(successor)
+    event_append(
+        stream=successor.id,
+        kind="registered",
+        actor=actor,
+        operation=successor,
+        to_status=successor.status,
+        data={
+            "tool": op.tool_id,
+            "tool_version": op.tool_version.number,
+            "operation_key": successor.operation_key,
+            "call_id": op.call_id,
+            "intent_hash": successor.intent_hash,
+            "turn": op.turn,
+            "edited_from": op.id,
+            "edits": changes,
+        },
+        now=now,
+    )
+    new_request = approval_request_open(
+        successor,
+        reason=f"{user.get_username()} changed {', '.join(c['path'] for c in changes)} "
+        f"when approving {op.id}. {request.reason}",
+        context={**request.context, "edited_from": request.id, "edits": changes},
+        now=now,
+    )
+    record(
+        successor,
+        kind="approval_requested",
+        actor=actor,
+        now=now,
+        data={"approval": new_request.id, "reason": new_request.reason},
+    )
+    outbox_enqueue(op=successor, event_type=f"operation.{successor.status}", now=now)
+    approval_services.request_supersede(request=request, now=now)
+    enter(
+        op,
+        to=Status.SUPERSEDED,
+        kind="superseded",
+        actor=actor,
+        now=now,
+        data={"approval": request.id, "successor": successor.id, "edits": changes},
+        superseded_by=successor,
+    )
+    outbox_approval_decided(op, request, now=now)
+    return _decide_locked(
+        successor,
+        new_request,
+        user=user,
+        approve=True,
+        comment=comment,
+        otp_verified=otp_verified,
+        now=now,
+    )
 
 
 def approval_revoke(*, request_id: str, user: Any, reason: str) -> Operation:

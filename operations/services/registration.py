@@ -83,7 +83,7 @@ def _replay(existing: Operation, *, tool_name: str, arguments: Any, principal: s
     return existing
 
 
-def _concurrency_value(contract: dict[str, Any], frozen: Any) -> str | None:
+def concurrency_value(contract: dict[str, Any], frozen: Any) -> str | None:
     pointer = contract.get("concurrency_key")
     if not pointer:
         return None
@@ -308,7 +308,7 @@ def operation_register(
             principal_user_id=run.principal_user_id,
             status=Status.AWAITING_APPROVAL if intent.policy.required else Status.READY,
             deadline_at=now + timedelta(seconds=deadline_s) if deadline_s else None,
-            concurrency_value=_concurrency_value(contract, intent.frozen),
+            concurrency_value=concurrency_value(contract, intent.frozen),
             turn=turn,
             status_changed_at=now,
             previous=intent.previous,

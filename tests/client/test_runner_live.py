@@ -434,6 +434,42 @@ def test_waits_for_approval_by_polling_then_claims(setup):
     assert "granted" in kinds
 
 
+def test_an_approval_with_changes_runs_the_successor_with_the_edited_arguments(setup):
+    setup.tool("refund", approval={"mode": "always", "editable": ["/amount_cents"]})
+    user = _approver("refund")
+
+    def edit():
+        for _ in range(200):
+            op = Operation.objects.filter(tool_id="refund", status="awaiting_approval").first()
+            if op is not None and setup.runner.waiter.polls:
+                request = op.approval_requests.get(status="pending")
+                services.approval_decide(
+                    request_id=request.id,
+                    user=user,
+                    approve=True,
+                    comment="half",
+                    edits={"/amount_cents": ARGS["amount_cents"] // 2},
+                )
+                return
+            time.sleep(0.05)
+
+    thread = threading.Thread(target=_closing_connections(edit))
+    thread.start()
+    calls = Calls()
+    result = setup.execute("refund", calls)
+    thread.join()
+    assert result.status == "succeeded"
+    # The tool ran once, for the successor, with the approver's amount.
+    assert len(calls.contexts) == 1
+    original = Operation.objects.get(operation_key="order-1:refund")
+    successor = Operation.objects.get(operation_key="order-1:refund~edit-1")
+    assert original.status == "superseded"
+    assert calls.contexts[0].operation_id == successor.id
+    assert calls.contexts[0].idempotency_key == successor.idempotency_key
+    assert calls.contexts[0].arguments == {**ARGS, "amount_cents": ARGS["amount_cents"] // 2}
+    assert result.operation["id"] == successor.id
+
+
 def test_rejection_ends_the_call_with_the_reason_and_no_attempt(setup):
     setup.tool("refund", approval={"mode": "always"})
     thread = _decide_when_pending("refund", approve=False, comment="duplicate refund")

@@ -226,3 +226,69 @@ def test_rows_and_the_approval_page_lead_with_what_will_happen(api, approver):
     page = client.get(f"/approvals/{op['approval']['id']}/").content.decode()
     assert '<p class="lead">Refund €750.00 to pay' in page
     assert page.count("/amount_cents gt 50000") == 1
+
+
+def _editable(api, user, amount=60000):
+    api.tool(
+        "capped_refund",
+        contract(
+            "irreversible",
+            approval={"mode": "always", "editable": ["/amount_cents"]},
+            display={"fields": {"/amount_cents": {"label": "Amount in cents"}}},
+        ),
+    )
+    assign_perm("operations.decide_tool", user, Tool.objects.get(pk="capped_refund"))
+    return api.register(api.run(), "capped_refund", {"payment_id": "pay_1", "amount_cents": amount})
+
+
+def test_a_person_changes_an_editable_field_when_approving(api, approver):
+    user, client = approver
+    op = _editable(api, user)
+    page = client.get(f"/approvals/{op['approval']['id']}/").content.decode()
+    assert "Change before approving" in page
+    assert 'name="edit-0"' in page
+    assert 'value="60000"' in page
+    assert "Amount in cents" in page
+    response = client.post(
+        f"/approvals/{op['approval']['id']}/decide",
+        {"decision": "approve", "comment": "capped", "edit-0": "50000"},
+        follow=True,
+    )
+    html = response.content.decode()
+    successor = Operation.objects.get(previous_id=op["id"])
+    assert f"with your changes as {successor.id}" in html
+    assert successor.arguments["amount_cents"] == 50000
+    assert successor.status == "ready"
+    assert Operation.objects.get(pk=op["id"]).status == "superseded"
+    # The original's page says where the call went.
+    original = client.get(f"/approvals/{op['approval']['id']}/").content.decode()
+    assert "it runs as" in original
+    assert successor.id in original
+
+
+def test_an_unchanged_editable_field_approves_as_is(api, approver):
+    user, client = approver
+    op = _editable(api, user)
+    client.post(
+        f"/approvals/{op['approval']['id']}/decide", {"decision": "approve", "edit-0": "60000"}
+    )
+    assert Operation.objects.get(pk=op["id"]).status == "ready"
+    assert not Operation.objects.filter(previous_id=op["id"]).exists()
+
+
+@pytest.mark.parametrize(("text", "message"), [("ten", "is not a valid integer"), ("0", "minimum")])
+def test_an_edit_that_cannot_be_read_or_breaks_the_schema_decides_nothing(
+    api, approver, text, message
+):
+    user, client = approver
+    op = _editable(api, user)
+    response = client.post(
+        f"/approvals/{op['approval']['id']}/decide",
+        {"decision": "approve", "edit-0": text},
+        follow=True,
+    )
+    html = response.content.decode()
+    assert "Nothing was decided." in html
+    assert message in html
+    assert Operation.objects.get(pk=op["id"]).status == "awaiting_approval"
+    assert ApprovalRequest.objects.get(pk=op["approval"]["id"]).status == "pending"
