@@ -30,11 +30,16 @@ def request_open(
     grant_ttl_s: int,
     reason: str,
     context: dict[str, Any],
+    escalate_after_s: int | None = None,
+    escalate_to: str = "",
     now=None,
 ) -> ApprovalRequest:
-    """Open a pending request for ``operation`` (an ``operations.Operation``)."""
+    """Open a pending request for ``operation`` (an ``operations.Operation``); with
+    ``escalate_after_s`` it is offered to the group ``escalate_to`` from then on."""
     now = now or timezone.now()
     return ApprovalRequest.objects.create(
+        escalate_at=now + timedelta(seconds=escalate_after_s) if escalate_after_s else None,
+        escalate_to=escalate_to if escalate_after_s else "",
         operation=operation,
         intent_hash=intent_hash,
         approvals_required=approvals_required,
@@ -44,6 +49,15 @@ def request_open(
         created_at=now,
         expires_at=now + timedelta(seconds=request_ttl_s),
     )
+
+
+def request_escalate(*, request: ApprovalRequest, now) -> bool:
+    """Offer a pending request to its escalation group now. True if this call did it."""
+    changed = ApprovalRequest.objects.filter(
+        pk=request.pk, status=Status.PENDING, escalated_at__isnull=True, escalate_at__lte=now
+    ).update(escalated_at=now)
+    request.refresh_from_db()
+    return bool(changed)
 
 
 def request_withdraw(*, request: ApprovalRequest, now=None) -> bool:

@@ -84,6 +84,30 @@ def may_hold_decide(user: Any, tool: Tool) -> bool:
     return _holds(user, DECIDE, tool)
 
 
+def escalated_to_user(user: Any, request: ApprovalRequest) -> bool:
+    """Whether ``request`` was escalated (contract ``approval.escalate_to``) to a group
+    ``user`` belongs to: its members may decide it as if they held the permission."""
+    return bool(
+        user.is_active
+        and request.escalated_at is not None
+        and request.escalate_to
+        and user.groups.filter(name=request.escalate_to).exists()
+    )
+
+
+def may_decide_on(user: Any, *, request: ApprovalRequest, tool: Tool) -> bool:
+    """The permission part of deciding on one request: the tool's permission, or its
+    escalation group. Asked when deciding and of each decider again at every claim."""
+    return may_hold_decide(user, tool) or escalated_to_user(user, request)
+
+
+def escalation_members(request: ApprovalRequest) -> list[Any]:
+    """Active members of the group ``request`` was escalated to (whom to tell)."""
+    if request.escalated_at is None or not request.escalate_to:
+        return []
+    return list(get_user_model().objects.filter(groups__name=request.escalate_to, is_active=True))
+
+
 def decision_needs_second_factor(op: Operation) -> bool:
     """Whether deciding on ``op`` needs a session verified with a one-time password.
 
@@ -136,7 +160,7 @@ def decide_refusal(
     """
     if not user.is_active:
         return "Your account is inactive."
-    if not may_hold_decide(user, op.tool):
+    if not may_decide_on(user, request=request, tool=op.tool):
         return "You do not hold the permission to decide for this tool."
     if user.pk in barred_user_ids(request=request, op=op):
         return (

@@ -46,6 +46,43 @@ def approvers_notify(*, request_id: str) -> int:
     )
 
 
+def escalation_notify(*, request_id: str) -> int:
+    """Tell the escalation group's members (who may decide, not barred) that a request
+    waits for them too."""
+    request = (
+        ApprovalRequest.objects.select_related("operation", "operation__tool", "operation__runner")
+        .filter(pk=request_id, status=ApprovalRequest.RequestStatus.PENDING)
+        .exclude(escalated_at=None)
+        .first()
+    )
+    if request is None:
+        return 0
+    op = request.operation
+    barred = access.barred_user_ids(request=request, op=op)
+    recipients = [
+        user.email
+        for user in access.escalation_members(request)
+        if user.email and user.pk not in barred
+    ]
+    if not recipients:
+        return 0
+    link = f"{settings.CONSOLE_BASE_URL.rstrip('/')}/approvals/{request.id}/"
+    body = (
+        f"{op.tool_id} ({op.effect_class}) for {op.principal} has waited for a decision "
+        f"since {request.created_at:%Y-%m-%d %H:%M} UTC and is now offered to "
+        f"{request.escalate_to}.\n\n"
+        f"Why: {request.reason}\n"
+        f"Expires: {request.expires_at:%Y-%m-%d %H:%M} UTC\n\n"
+        f"Review it here: {link}\n"
+    )
+    return send_mail(
+        subject=f"[Effectgate] Escalated to {request.escalate_to}: {op.tool_id} {op.id}",
+        message=body,
+        from_email=None,
+        recipient_list=recipients,
+    )
+
+
 def confirmers_for(resolution: Resolution) -> list:
     """Who may confirm ``resolution``: people who may reconcile its tool, but not the one
     who proposed it."""

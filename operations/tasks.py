@@ -12,7 +12,7 @@ from django.conf import settings
 from django.dispatch import receiver
 
 from . import notifications, probes, services, webhooks
-from .services.core import approval_requested, resolution_proposed
+from .services.core import approval_escalated, approval_requested, resolution_proposed
 
 IDEMPOTENT = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}
 
@@ -24,7 +24,8 @@ def expire_leases() -> int:
 
 @shared_task(**IDEMPOTENT)
 def expire_approvals() -> int:
-    return services.approval_expire_due()
+    """Expire undecided requests, then escalate those still pending past their time."""
+    return services.approval_expire_due() + services.approval_escalate_due()
 
 
 @shared_task(**IDEMPOTENT)
@@ -62,6 +63,16 @@ def _notify_after_commit(sender: Any, request_id: str, **kwargs: Any) -> None:
     """The services announce a new request once it is committed; the mail goes out from
     a worker (or in-process without a broker)."""
     notify_approvers.delay(request_id)
+
+
+@shared_task(acks_late=True, ignore_result=True)
+def notify_escalation(request_id: str) -> int:
+    return notifications.escalation_notify(request_id=request_id)
+
+
+@receiver(approval_escalated)
+def _notify_escalation_after_commit(sender: Any, request_id: str, **kwargs: Any) -> None:
+    notify_escalation.delay(request_id)
 
 
 @shared_task(acks_late=True, ignore_result=True)

@@ -137,6 +137,7 @@ REQUEST_STATUS_AFTER = {
     "rejected": ApprovalRequest.RequestStatus.REJECTED,
     "grant_revoked": ApprovalRequest.RequestStatus.REVOKED,
     "approval_expired": ApprovalRequest.RequestStatus.EXPIRED,
+    "superseded": ApprovalRequest.RequestStatus.SUPERSEDED,
 }
 REQUEST_STATUSES_WITHOUT_EVENT = {
     ApprovalRequest.RequestStatus.PENDING,

@@ -55,11 +55,11 @@ def requests_pending_for_user(
     effect_class: str | None = None,
     run: str | None = None,
 ) -> QuerySet[ApprovalRequest]:
-    """The inbox: pending requests the user may decide on, most urgent first."""
+    """The inbox: pending requests the user may decide on (by the tool's permission, or
+    escalated to a group of theirs), most urgent first."""
     queryset = (
         ApprovalRequest.objects.filter(
-            status=ApprovalRequest.RequestStatus.PENDING,
-            operation__tool__in=access.tools_for_user(user, [access.DECIDE]),
+            _decidable_by(user), status=ApprovalRequest.RequestStatus.PENDING
         )
         .select_related("operation", "operation__run", "operation__tool_version")
         .prefetch_related("decisions")
@@ -74,10 +74,23 @@ def requests_pending_for_user(
     return queryset
 
 
+def _decidable_by(user: Any, perms: list[str] | None = None) -> Q:
+    """Requests of tools on which ``user`` holds ``perms`` (default: decide), or
+    escalated to one of their groups (``access.escalated_to_user`` says the same of
+    one request)."""
+    by_tool = Q(operation__tool__in=access.tools_for_user(user, perms or [access.DECIDE]))
+    if not user.is_active:
+        return by_tool
+    return by_tool | Q(
+        escalated_at__isnull=False,
+        escalate_to__in=list(user.groups.values_list("name", flat=True)),
+    )
+
+
 def approval_get_for_user(*, user: Any, approval_id: str) -> ApprovalRequest:
     request = (
         ApprovalRequest.objects.filter(
-            pk=approval_id, operation__tool__in=access.tools_for_user(user)
+            _decidable_by(user, [access.DECIDE, access.RECONCILE]), pk=approval_id
         )
         .select_related("grant", "operation", "operation__run", "operation__tool_version")
         .prefetch_related("decisions__user")

@@ -55,6 +55,7 @@ from .runners import (
 from .runs import run_cancel, run_create
 from .sweep import (
     SweepReport,
+    approval_escalate_due,
     approval_expire_due,
     inbound_apply_pending,
     lease_expire_due,
@@ -79,6 +80,7 @@ __all__ = [
     "SweepReport",
     "ToolRegistration",
     "approval_decide",
+    "approval_escalate_due",
     "approval_expire_due",
     "approval_revoke",
     "attempt_claim",

@@ -75,7 +75,7 @@ def claim_locked(
         problem = approval_services.grant_problem(
             request=request,
             intent_hash=op.intent_hash,
-            still_decides=partial(access.may_hold_decide, tool=op.tool),
+            still_decides=partial(access.may_decide_on, request=request, tool=op.tool),
             now=now,
         )
         if problem is not None:

@@ -47,6 +47,8 @@ T = TypeVar("T")
 # Sent after the commit that opened an approval request (``request_id``): the tasks
 # module connects the approvers' notification to it, so this layer never imports tasks.
 approval_requested = Signal()
+# Sent after the commit that offered a pending request to its escalation group.
+approval_escalated = Signal()
 # Sent after the commit that proposed a "did not happen" (``resolution_id``): the people
 # who may confirm it are told (four eyes).
 resolution_proposed = Signal()
@@ -431,6 +433,8 @@ def approval_request_open(
         grant_ttl_s=approval["grant_ttl_s"],
         reason=reason,
         context=context,
+        escalate_after_s=approval.get("escalate_after_s"),
+        escalate_to=approval.get("escalate_to", ""),
         now=now,
     )
     transaction.on_commit(

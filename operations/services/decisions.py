@@ -2,6 +2,7 @@
 
 import re
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -11,7 +12,7 @@ from approvals import services as approval_services
 from approvals.errors import DecisionRefused, Refusal
 from approvals.models import ApprovalRequest
 
-from .. import access, errors
+from .. import access, errors, payloads
 from ..arguments import apply_edits, validate_frozen
 from ..canonical import intent_hash
 from ..machine import Status
@@ -20,6 +21,7 @@ from ..models import (
 )
 from .core import (
     Actor,
+    approval_escalated,
     approval_request_open,
     enter,
     event_append,
@@ -58,6 +60,31 @@ def request_expire_locked(op: Operation, request: ApprovalRequest, *, now: datet
             error_detail="Nobody decided on the approval request before it expired.",
         )
     outbox_approval_decided(op, request, now=now)
+    return True
+
+
+def approval_escalate_locked(op: Operation, request: ApprovalRequest, *, now: datetime) -> bool:
+    """Offer a request still pending at its ``escalate_at`` to its group: its members
+    may decide it from now on (``access.decide_refusal``). Audited on the operation,
+    reported to webhooks (``approval.escalated``), the group told by mail after commit."""
+    if not approval_services.request_escalate(request=request, now=now):
+        return False
+    record(
+        op,
+        kind="approval_escalated",
+        actor=Actor.system("sweep"),
+        now=now,
+        data={"approval": request.id, "group": request.escalate_to},
+    )
+    outbox_enqueue(
+        op=op,
+        event_type="approval.escalated",
+        now=now,
+        extra={"approval": payloads.approval(request)},
+    )
+    transaction.on_commit(
+        partial(approval_escalated.send, sender=ApprovalRequest, request_id=request.id)
+    )
     return True
 
 

@@ -20,7 +20,7 @@ from .core import (
     event_append,
     lock_if_due,
 )
-from .decisions import request_expire_locked
+from .decisions import approval_escalate_locked, request_expire_locked
 from .inbound import inbound_apply
 from .outcomes import lease_expire_locked
 
@@ -80,6 +80,26 @@ def approval_expire_due(*, now: datetime | None = None, limit: int = 500) -> int
     return due_each(due, expire)
 
 
+def approval_escalate_due(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Offer requests pending past their ``escalate_at`` to their escalation group."""
+    now = now or timezone.now()
+
+    def escalate(item: tuple[str, str]) -> bool:
+        request_id, operation_id = item
+        op = lock_if_due(pk=operation_id)
+        if op is None:
+            return False
+        request = ApprovalRequest.objects.select_for_update().get(pk=request_id)
+        return approval_escalate_locked(op, request, now=now)
+
+    due = ApprovalRequest.objects.filter(
+        status=ApprovalRequest.RequestStatus.PENDING,
+        escalated_at__isnull=True,
+        escalate_at__lte=now,
+    ).values_list("pk", "operation_id")[:limit]
+    return due_each(due, escalate)
+
+
 def run_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:
     """Mark active runs past their deadline as expired."""
     now = now or timezone.now()
@@ -132,6 +152,7 @@ def inbound_apply_pending(*, limit: int = 100) -> int:
 class SweepReport:
     leases_expired: int
     approvals_expired: int
+    approvals_escalated: int
     operations_past_deadline: int
     runs_expired: int
 
@@ -142,6 +163,7 @@ def sweep(*, now: datetime | None = None) -> SweepReport:
     return SweepReport(
         leases_expired=lease_expire_due(now=now),
         approvals_expired=approval_expire_due(now=now),
+        approvals_escalated=approval_escalate_due(now=now),
         operations_past_deadline=operation_deadline_due(now=now),
         runs_expired=run_expire_due(now=now),
     )

@@ -6,6 +6,8 @@ import pytest
 from approvals.errors import PermissionRefused
 from approvals.models import ApprovalRequest
 from operations import errors, services
+from operations.audit.chains import chains_verify
+from operations.audit.state import state_verify
 from operations.contracts import normalize_contract
 from operations.models import Event, Operation, OutboxMessage
 from tests.approvals.conftest import person
@@ -97,6 +99,9 @@ def test_an_edit_registers_an_approved_successor_and_supersedes_the_original(api
     superseded = Event.objects.get(stream=op["id"], kind="superseded")
     assert superseded.actor == f"user:{approver.username}"
     assert superseded.data["successor"] == successor.id
+    # The audit finds every row explained by its events, both chains intact.
+    assert list(state_verify()) == []
+    assert chains_verify().ok
 
 
 def test_the_tool_result_tells_the_model_where_the_call_went(api):

@@ -21,6 +21,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"leases expired: {report.leases_expired}, "
                 f"approvals expired: {report.approvals_expired}, "
+                f"approvals escalated: {report.approvals_escalated}, "
                 f"operations past deadline: {report.operations_past_deadline}, "
                 f"runs expired: {report.runs_expired}"
             )

@@ -1,0 +1,139 @@
+"""Escalation (contract ``approval.escalate_after_s`` / ``escalate_to``): a request still
+pending after that time is offered to a group of people too."""
+
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.contrib.auth.models import Group
+from django.core import mail
+from django.test import Client
+from django.utils import timezone
+
+from approvals.errors import PermissionRefused
+from operations import errors, services
+from operations.audit.state import state_verify
+from operations.contracts import normalize_contract
+from operations.models import Event, OutboxMessage
+from tests.approvals.conftest import person
+from tests.conftest import contract
+
+GROUP = "Finance leads"
+
+
+def _pending(api):
+    api.tool(
+        "refund",
+        contract(
+            "irreversible",
+            approval={"mode": "always", "escalate_after_s": 3600, "escalate_to": GROUP},
+        ),
+    )
+    op = api.register(api.run(principal="user:alice"), "refund")
+    assert op["status"] == "awaiting_approval"
+    return op
+
+
+def _lead(**fields):
+    user = person(email=f"lead{Group.objects.count()}@example.com", **fields)
+    group, _ = Group.objects.get_or_create(name=GROUP)
+    user.groups.add(group)
+    return user
+
+
+def _decide(op, user):
+    return services.approval_decide(
+        request_id=op["approval"]["id"], user=user, approve=True, comment="ok"
+    )
+
+
+def _later(seconds):
+    return time_machine.travel(timezone.now() + timedelta(seconds=seconds), tick=False)
+
+
+def test_before_the_time_the_group_cannot_decide_after_it_can(
+    api, settings, django_capture_on_commit_callbacks
+):
+    settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    api.post("/api/v1/webhook-endpoints", {"url": "http://127.0.0.1:9/h", "events": ["approval.*"]})
+    op = _pending(api)
+    lead = _lead()
+    alice = _lead(username="alice")  # the principal: barred, and not mailed
+    with pytest.raises(PermissionRefused, match="permission to decide"):
+        _decide(op, lead)
+    with _later(3599):
+        assert services.sweep().approvals_escalated == 0
+    mail.outbox.clear()
+    with _later(3601), django_capture_on_commit_callbacks(execute=True):
+        assert services.sweep().approvals_escalated == 1
+        assert services.sweep().approvals_escalated == 0
+    # Audited on the operation, reported to webhooks, the group told by mail.
+    event = Event.objects.get(stream=op["id"], kind="approval_escalated")
+    assert event.data == {"approval": op["approval"]["id"], "group": GROUP}
+    assert event.actor == "system:sweep"
+    message = OutboxMessage.objects.get(event_type="approval.escalated")
+    assert message.payload["data"]["approval"]["id"] == op["approval"]["id"]
+    [sent] = mail.outbox
+    assert sent.to == [lead.email]
+    assert alice.email not in sent.to
+    assert GROUP in sent.subject
+    assert f"/approvals/{op['approval']['id']}/" in sent.body
+    # Separation of duties still applies to the group's members.
+    with pytest.raises(PermissionRefused, match="principal"):
+        _decide(op, alice)
+    _decide(op, lead)
+    assert api.operation(op["id"])["status"] == "ready"
+    assert api.claim(op["id"])["attempt"] == 1
+    assert list(state_verify()) == []
+
+
+def test_a_grant_from_the_group_dies_with_the_membership(api):
+    op = _pending(api)
+    lead = _lead()
+    with _later(3601):
+        services.sweep()
+    _decide(op, lead)
+    lead.groups.clear()
+    assert api.claim(op["id"], expect=403)["code"] == "grant_invalid"
+
+
+def test_the_group_sees_it_in_the_inbox_only_once_escalated(api):
+    op = _pending(api)
+    lead = _lead()
+    client = Client()
+    client.force_login(lead)
+    assert op["id"] not in client.get("/").content.decode()
+    assert client.get(f"/approvals/{op['approval']['id']}/").status_code == 404
+    with _later(3601):
+        services.sweep()
+    assert op["id"] in client.get("/").content.decode()
+    page = client.get(f"/approvals/{op['approval']['id']}/").content.decode()
+    assert f"offered to {GROUP}" in page
+
+
+def test_a_decided_request_is_not_escalated(api):
+    op = _pending(api)
+    _decide(op, person(decide_on="refund"))
+    with _later(3601):
+        assert services.sweep().approvals_escalated == 0
+    assert not Event.objects.filter(kind="approval_escalated").exists()
+
+
+def test_the_contract_needs_both_and_another_group_is_a_weakening(api):
+    half = contract("irreversible", approval={"mode": "always", "escalate_after_s": 60})
+    with pytest.raises(errors.InvalidContract, match="not consistent"):
+        normalize_contract(half)
+    _pending(api)
+    other = contract(
+        "irreversible",
+        approval={"mode": "always", "escalate_after_s": 3600, "escalate_to": "Everyone"},
+    )
+    answer = api.tool("refund", other)
+    assert answer["active"] is False
+    assert "approval requests are offered to another group, or sooner" in answer["weakens"]
+    # Later, to the same group, is stronger: it activates by itself.
+    later = contract(
+        "irreversible",
+        approval={"mode": "always", "escalate_after_s": 7200, "escalate_to": GROUP},
+    )
+    assert api.tool("refund", later)["active"] is True
