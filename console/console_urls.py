@@ -11,6 +11,7 @@ from .views import (
     reconciliation,
     runners,
     runs,
+    saved_views,
     search,
     tools,
 )
@@ -51,6 +52,8 @@ urlpatterns = [
 # The rest of the console (issue 7).
 urlpatterns += [
     path("search/", search.search, name="search"),
+    path("views/save", saved_views.saved_view_save, name="saved-view-save"),
+    path("views/<int:view_id>/delete", saved_views.saved_view_delete, name="saved-view-delete"),
     path("operations/", operations.operations_list, name="operations"),
     path("runs/", runs.runs_list, name="runs"),
     path("runs/<str:run_id>/", runs.run_detail, name="run"),

@@ -1,5 +1,6 @@
 """Pure helpers that shape ledger data for the console's pages (no ORM)."""
 
+import json
 from typing import Any
 
 
@@ -42,3 +43,24 @@ def changes(old: Any, new: Any) -> list[dict[str, Any]]:
                 }
             )
     return rows
+
+
+def matched_in(op: Any, query: str) -> str:
+    """Where ``query`` was found in ``op`` (the search's "Matched" column): the first
+    identifier holding it, else the first argument whose value does."""
+    needle = query.casefold()
+    for label, value in (
+        ("id", op.id),
+        ("idempotency key", op.idempotency_key),
+        ("operation key", op.operation_key),
+        ("call id", op.call_id),
+        ("downstream reference", op.downstream_id),
+        ("principal", op.principal),
+    ):
+        if value and needle in value.casefold():
+            return label
+    for path, value in flatten(op.arguments).items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        if needle in text.casefold():
+            return f"argument {path}"
+    return "arguments"

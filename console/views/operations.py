@@ -2,6 +2,9 @@
 person records about it (an answer on its outcome, a note, a hand-made undo, the second
 person's confirmation), and redelivering its webhooks."""
 
+from datetime import date
+from typing import Any
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse
@@ -22,13 +25,27 @@ from .common import found, text_param
 @require_GET
 @login_required
 def operations_list(request: HttpRequest) -> HttpResponse:
-    filters = {name: text_param(request, name) for name in ("status", "tool", "run")}
+    filters: dict[str, Any] = {
+        name: text_param(request, name) for name in ("status", "tool", "run", "q", "principal")
+    }
     if filters["status"] not in {s.value for s in Status}:
         filters["status"] = None
-    queryset = selectors.operations_list_for_user(user=request.user, **filters)
+    days = {}
+    for name in ("since", "until"):
+        raw = text_param(request, name, max_length=10)
+        try:
+            days[name] = date.fromisoformat(raw) if raw else None
+        except ValueError:
+            messages.error(request, f"{raw!r} is not a date (YYYY-MM-DD); it was left out.")
+            days[name] = None
+    queryset = selectors.operations_list_for_user(user=request.user, **filters, **days)
+    filters.update({name: value.isoformat() if value else None for name, value in days.items()})
     context = {
         "page": keyset_page(request, queryset),
         "filters": filters,
+        "filtered": any(filters.values()),
+        "saved_views": selectors.saved_views_for(user=request.user, list_name="operations"),
+        "view_query": request.GET.urlencode(),
         "statuses": [s.value for s in Status],
         "tools": access.tools_for_user(request.user).order_by("name"),
         "nav_section": "console:operations",

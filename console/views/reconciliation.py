@@ -70,5 +70,8 @@ def reconciliation(request: HtmxHttpRequest) -> HttpResponse:
         "tools": access.tools_for_user(request.user, [access.RECONCILE]).order_by("name"),
         "effect_classes": [cls.value for cls in EffectClass],
         "warning_minutes": warning // 60,
+        "saved_views": selectors.saved_views_for(user=request.user, list_name="reconciliation"),
+        "view_query": request.GET.urlencode(),
+        "filtered": queue != "all" or any(filters.values()) or min_age_m or include_snoozed,
     }
     return render(request, partial(request, "console/reconciliation.html", "rows"), context)

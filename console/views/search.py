@@ -7,12 +7,14 @@ from django.views.decorators.http import require_GET
 
 from operations import selectors
 
+from ..presenters import matched_in
+
 
 @require_GET
 @login_required
 def search(request: HttpRequest) -> HttpResponse:
-    """Find an operation by an exact id, operation key, idempotency key, call id or
-    downstream reference; one match opens it. A run id opens the run."""
+    """Find operations by a part of any identifier, the principal or an argument value
+    (``selectors.operation_search``); one match opens it. A run id opens the run."""
     query = (request.GET.get("q") or "").strip()[:255]
     results = selectors.operation_search(user=request.user, query=query) if query else []
     run = None
@@ -22,5 +24,12 @@ def search(request: HttpRequest) -> HttpResponse:
         return redirect("console:operation", operation_id=results[0].id)
     if run is not None and not results:
         return redirect("console:run", run_id=run.id)
-    context = {"query": query, "results": results, "run": run, "nav_section": "console:operations"}
+    rows = [{"op": op, "matched": matched_in(op, query)} for op in results]
+    context = {
+        "query": query,
+        "results": results,
+        "rows": rows,
+        "run": run,
+        "nav_section": "console:operations",
+    }
     return render(request, "console/search.html", context)

@@ -1,7 +1,7 @@
 """Reads for people in the console, each filtered through ``operations.access``: the
 inbox, the reconciliation queue, search, lists, runs, tools and the audit log."""
 
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, cast
 
 from django.contrib.auth import get_user_model
@@ -17,7 +17,7 @@ from guardian.shortcuts import get_groups_with_perms, get_users_with_perms
 
 from approvals.models import ApprovalRequest
 
-from .. import access
+from .. import access, search
 from ..errors import NotFound
 from ..machine import Status
 from ..models import (
@@ -27,6 +27,7 @@ from ..models import (
     Resolution,
     Run,
     Runner,
+    SavedView,
     Tool,
     ToolVersion,
 )
@@ -283,13 +284,10 @@ UNRESOLVED = (Status.OUTCOME_UNKNOWN, Status.COMPENSATING)
 
 
 def operation_search(*, user: Any, query: str, limit: int = 50) -> list[Operation]:
-    """Operations whose id, operation key, idempotency key, call id or downstream
-    reference is exactly ``query``, among those the person may see; newest first.
-
-    Ids and idempotency keys are minted by the server, prefixed and random, and both are
-    indexed: a match there is the answer. Only otherwise are the runner-chosen fields
-    compared.
-    """
+    """Operations the person may see that ``query`` names, newest first: an exact id or
+    idempotency key first (minted by the server, indexed: a match there is the answer),
+    else every operation whose key, call id, downstream reference, principal, ids or
+    argument values contain it (``operations.search``)."""
     query = query.strip()
     if not query:
         return []
@@ -297,8 +295,14 @@ def operation_search(*, user: Any, query: str, limit: int = 50) -> list[Operatio
     minted = list(visible.filter(Q(pk=query) | Q(idempotency_key=query))[:limit])
     if minted:
         return minted
-    chosen = Q(operation_key=query) | Q(call_id=query) | Q(downstream_id=query)
-    return list(visible.filter(chosen)[:limit])
+    return list(_matching(visible, query)[:limit])
+
+
+def _matching(queryset: QuerySet[Operation], query: str) -> QuerySet[Operation]:
+    if len(query) < search.MIN_SUBSTRING:
+        exact = Q(operation_key=query) | Q(call_id=query) | Q(downstream_id=query)
+        return queryset.filter(exact)
+    return search.substring_filter(queryset, query)
 
 
 def operations_list_for_user(
@@ -307,8 +311,14 @@ def operations_list_for_user(
     status: str | None = None,
     tool: str | None = None,
     run: str | None = None,
+    q: str | None = None,
+    principal: str | None = None,
+    since: date | None = None,
+    until: date | None = None,
 ) -> QuerySet[Operation]:
-    """The operations list, newest first (ids sort in creation order)."""
+    """The operations list, newest first (ids sort in creation order): filtered by
+    state, tool, run, text (``operation_search``'s substring match), principal (a part
+    of it) and the day registered (``since`` and ``until`` inclusive, UTC)."""
     queryset = operations_visible_to(user)
     if status:
         queryset = queryset.filter(status=status)
@@ -316,7 +326,20 @@ def operations_list_for_user(
         queryset = queryset.filter(tool_id=tool)
     if run:
         queryset = queryset.filter(run_id=run)
+    if principal:
+        queryset = queryset.filter(principal__icontains=principal)
+    if since:
+        queryset = queryset.filter(created_at__gte=datetime.combine(since, time.min, UTC))
+    if until:
+        end = datetime.combine(until, time.min, UTC) + timedelta(days=1)
+        queryset = queryset.filter(created_at__lt=end)
+    if q:
+        queryset = _matching(queryset, q.strip())
     return queryset.select_related("run", "tool_version").order_by("-id")
+
+
+def saved_views_for(*, user: Any, list_name: str) -> QuerySet[SavedView]:
+    return SavedView.objects.filter(user=user, list_name=list_name).order_by("name")
 
 
 def runs_for_user(user: Any) -> QuerySet[Run]:

@@ -53,6 +53,7 @@ from .runners import (
     token_revoke_by_user,
 )
 from .runs import run_cancel, run_create
+from .saved_views import saved_view_delete, saved_view_save
 from .sweep import (
     SweepReport,
     approval_escalate_due,
@@ -107,6 +108,8 @@ __all__ = [
     "run_expire_due",
     "runner_create",
     "runner_update",
+    "saved_view_delete",
+    "saved_view_save",
     "sweep",
     "token_authenticate",
     "token_create",
