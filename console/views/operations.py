@@ -38,7 +38,9 @@ def operations_list(request: HttpRequest) -> HttpResponse:
         except ValueError:
             messages.error(request, f"{raw!r} is not a date (YYYY-MM-DD); it was left out.")
             days[name] = None
-    queryset = selectors.operations_list_for_user(user=request.user, **filters, **days)
+    queryset = selectors.operations_list_for_user(
+        user=request.user, **filters, since=days["since"], until=days["until"]
+    )
     filters.update({name: value.isoformat() if value else None for name, value in days.items()})
     context = {
         "page": keyset_page(request, queryset),
