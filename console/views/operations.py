@@ -14,12 +14,13 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals.errors import DecisionRefused, Refusal
 from operations import access, selectors, services
-from operations.machine import Status
+from operations.machine import TERMINAL, Status
 
 from ..forms import ConfirmForm, NoteForm, ResolveForm
 from ..pagination import keyset_page
 from ..presenters import flatten
-from .common import found, text_param
+from ..middleware import HtmxHttpRequest
+from .common import found, partial, text_param
 
 
 @require_GET
@@ -57,8 +58,18 @@ def operations_list(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @login_required
-def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
+def operation_detail(request: HtmxHttpRequest, operation_id: str) -> HttpResponse:
     op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
+    live = {
+        "op": op,
+        "last_event": selectors.operation_last_event(op),
+        "live_polling": op.status not in TERMINAL or op.status == Status.CANCELLED,
+        "now": timezone.now(),
+    }
+    template = partial(request, "console/operation.html", "live")
+    if template.endswith("#live"):
+        # The polled status region only: what changed, and who did it.
+        return render(request, template, live)
     trace = selectors.operation_trace(op)
     may_reconcile = access.may_reconcile(request.user, op.tool)
     context = {
@@ -70,10 +81,10 @@ def operation_detail(request: HttpRequest, operation_id: str) -> HttpResponse:
         "may_redeliver": access.may_redeliver(request.user, op),
         "resolve_form": ResolveForm(),
         "note_form": NoteForm(),
-        "now": timezone.now(),
+        **live,
         **trace,
     }
-    return render(request, "console/operation.html", context)
+    return render(request, template, context)
 
 
 def _back(op_id: str) -> HttpResponse:

@@ -167,6 +167,22 @@
   }
   document.addEventListener("htmx:afterSettle", disableStaleDecisions);
 
+  // The operation page likewise: once its polled status region reports another state
+  // (or another event) than the page was rendered with, the forms that act on the state
+  // (reconcile, confirm, record an undo) are disabled and the region says who did what.
+  function disableStaleOperationActions() {
+    const live = document.getElementById("operation-live");
+    const opened = document.getElementById("operation-opened");
+    if (!live || !opened) return;
+    if (live.getAttribute("data-state") === opened.getAttribute("data-state")) return;
+    const notice = document.getElementById("operation-changed");
+    if (notice) notice.hidden = false;
+    document.querySelectorAll("form[data-acts-on-state] button[type='submit']").forEach(
+      function (b) { b.disabled = true; }
+    );
+  }
+  document.addEventListener("htmx:afterSettle", disableStaleOperationActions);
+
   // Card layout on phones (console.css): each cell carries its column's name, copied
   // from the table's header, so a row read as a card still says what each value is.
   function labelCells(root) {

@@ -5,6 +5,7 @@ from django.test import Client
 from guardian.shortcuts import assign_perm
 
 from approvals.models import ApprovalRequest
+from operations import services
 from operations.models import Operation, Tool
 from tests.approvals.conftest import person
 from tests.conftest import contract
@@ -292,3 +293,38 @@ def test_an_edit_that_cannot_be_read_or_breaks_the_schema_decides_nothing(
     assert message in html
     assert Operation.objects.get(pk=op["id"]).status == "awaiting_approval"
     assert ApprovalRequest.objects.get(pk=op["approval"]["id"]).status == "pending"
+
+
+def test_the_operation_page_polls_its_state_and_names_who_changed_it(api, approver):
+    user, client = approver
+    op = _editable(api, user)
+    page = client.get(f"/operations/{op['id']}/").content.decode()
+    assert 'id="operation-opened" data-state="awaiting_approval:2"' in page
+    assert 'hx-trigger="every 5s"' in page
+    services.approval_decide(
+        request_id=op["approval"]["id"], user=user, approve=True, comment="", edits=None
+    )
+    live = client.get(
+        f"/operations/{op['id']}/", {"partial": "1"}, HTTP_HX_REQUEST="true"
+    ).content.decode()
+    assert live.lstrip().startswith('<div id="operation-live" data-state="ready:4"')
+    assert "granted by user:ann" in live
+    assert "<h1>" not in live
+
+
+def test_a_closed_operation_page_does_not_poll(api, approver):
+    user, client = approver
+    op = _editable(api, user)
+    successor = services.approval_decide(
+        request_id=op["approval"]["id"],
+        user=user,
+        approve=True,
+        comment="",
+        edits={"/amount_cents": 5},
+    )
+    page = client.get(f"/operations/{op['id']}/").content.decode()
+    assert 'hx-trigger="every 5s"' not in page
+    assert "approved with changes as" in page
+    assert successor.id in page
+    edited = client.get(f"/operations/{successor.id}/").content.decode()
+    assert "Edited copy of" in edited
