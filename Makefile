@@ -86,10 +86,14 @@ sweep: $(STAMP)
 # set (a database of its own, effectgate_chaos), else SQLite. bench: the lifecycle
 # through the API against its essential statements, claim contention, intent hashing,
 # pages and sweeps at SIZES (PostgreSQL); BENCH_ARGS='--only lifecycle' for the first
-# alone (about a minute).
-.PHONY: chaos bench
+# alone (about a minute). bench-decide: keystrokes and seconds of one and ten approvals
+# from the keyboard, before and after the console's keys (chromium, a fresh database).
+.PHONY: chaos bench bench-decide
 chaos: $(STAMP)
 	$(PY) -m bench.chaos --n $(or $(N),2000) $(CHAOS_ARGS)
 
 bench: $(STAMP)
 	$(PY) -m bench.bench $(if $(SIZES),--sizes $(SIZES)) $(BENCH_ARGS)
+
+bench-decide: $(STAMP) $(CHROMIUM)
+	$(PY) -m bench.decide_speed
