@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import time
 from dataclasses import dataclass
 
@@ -30,7 +31,8 @@ from .stack import Stack, fresh_database
 
 CHROMIUM = "/usr/bin/chromium"
 KEYSTROKE_S = 0.28
-PASSWORD = "bench-approver-password-1"
+# A fresh password per run, for a person on a throwaway database.
+PASSWORD = secrets.token_urlsafe(16)
 CREATE_APPROVER = (
     "from django.contrib.auth import get_user_model;"
     "from guardian.shortcuts import assign_perm;"
