@@ -33,6 +33,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
+from django.contrib.auth.models import Group
 from django.db import transaction
 from django.db.models import Count, F, Q
 from guardian.shortcuts import assign_perm
@@ -57,6 +58,7 @@ EXAMPLES = int(os.environ.get("STATEFUL_EXAMPLES", "30"))
 STEPS = int(os.environ.get("STATEFUL_STEPS", "25"))
 START = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 
+LEADS = "Fuzz leads"
 TOOLS = {
     "idem": contract("idempotent", concurrency_key="/payment_id"),
     "dedup": contract(
@@ -77,6 +79,9 @@ TOOLS = {
             "rules": [{"path": "/amount_cents", "op": "gt", "value": 500}],
             "request_ttl_s": 900,
             "grant_ttl_s": 300,
+            "editable": ["/amount_cents"],
+            "escalate_after_s": 60,
+            "escalate_to": LEADS,
         },
         concurrency_key="/payment_id",
     ),
@@ -102,7 +107,11 @@ PAY_REWRITES = [
             {"payment_id": {"type": "string"}, "amount": {"type": "integer", "minimum": 1}},
             ["payment_id", "amount"],
         ),
-        approval={**PAY_APPROVAL, "rules": [{"path": "/amount", "op": "gt", "value": 500}]},
+        approval={
+            **PAY_APPROVAL,
+            "rules": [{"path": "/amount", "op": "gt", "value": 500}],
+            "editable": ["/amount"],
+        },
     ),
     _pay(  # the amount renamed, the rule left on a path the schema no longer has
         input_schema=_schema(
@@ -143,6 +152,9 @@ class World:
         for user in self.approvers:
             for name in TOOLS:
                 assign_perm("operations.decide_tool", user, Tool.objects.get(pk=name))
+        # Holds no permission: decides only what was escalated to the group.
+        self.lead = person()
+        self.lead.groups.add(Group.objects.create(name=LEADS))
 
 
 class Ledger(RuleBasedStateMachine):
@@ -291,6 +303,44 @@ class Ledger(RuleBasedStateMachine):
                 comment="" if approve else "not this one",
             )
 
+    @rule(amount=st.sampled_from([0, 1, 400, 501, 90000]), who=st.integers(0, 1))
+    def approve_with_a_changed_amount(self, amount, who) -> None:
+        pending = ApprovalRequest.objects.filter(
+            status="pending", operation__runner=self.api.runner
+        ).first()
+        if pending is None:
+            return
+        # Refused when not editable there, out of the schema (0), expired or decided.
+        with contextlib.suppress(Refusal):
+            decided = services.approval_decide(
+                request_id=pending.id,
+                user=self.world.approvers[who],
+                approve=True,
+                comment="changed",
+                edits={"/amount_cents": amount},
+            )
+            if decided.id != pending.operation_id:
+                count("stateful edits approved")
+        successors = Operation.objects.filter(runner=self.api.runner).exclude(pk__in=self.op_ids)
+        self.op_ids.extend(successors.order_by("id").values_list("id", flat=True))
+
+    @rule()
+    def a_lead_decides_what_was_escalated(self) -> None:
+        pending = ApprovalRequest.objects.filter(
+            status="pending", operation__runner=self.api.runner
+        ).first()
+        if pending is None:
+            return
+        # Refused unless the request was escalated to the lead's group.
+        with contextlib.suppress(Refusal):
+            services.approval_decide(
+                request_id=pending.id, user=self.world.lead, approve=True, comment=""
+            )
+            assert pending.escalate_to == LEADS
+            pending.refresh_from_db()
+            assert pending.escalated_at is not None
+            count("stateful escalated decisions")
+
     @rule(data=st.data())
     def cancel_run(self, data) -> None:
         # Hypothesis favours rules without arguments; a cancelled run ends everything
@@ -365,6 +415,15 @@ class Ledger(RuleBasedStateMachine):
                     op.arguments,
                     op.tool_version.number,
                 )
+
+    @invariant()
+    def a_superseded_operation_never_runs_and_names_its_successor(self) -> None:
+        for op in Operation.objects.filter(runner=self.api.runner, status=Status.SUPERSEDED):
+            assert op.attempts == 0, op.id
+            successor = Operation.objects.get(pk=op.superseded_by_id)
+            assert successor.previous_id == op.id
+            assert successor.run_id == op.run_id
+            assert successor.operation_key.startswith(op.operation_key.split("~edit-")[0])
 
     @invariant()
     def the_ledger_state_follows_from_the_events(self) -> None:
