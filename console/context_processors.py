@@ -24,7 +24,7 @@ def search(request: HttpRequest) -> dict[str, Any]:
         return {}
     context: dict[str, Any] = {
         "search_url": "console:search",
-        "search_placeholder": "Find: id, key, call id, reference",
+        "search_placeholder": "Find: a key, id, argument value, principal…",
     }
     # htmx polls ask for fragments, which show no navigation.
     if user.pk is not None and not request.headers.get("HX-Request"):

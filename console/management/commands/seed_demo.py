@@ -84,6 +84,8 @@ REFUND: dict[str, Any] = {
     "approval": {
         "mode": "rules",
         "rules": [{"path": "/amount_cents", "op": "gt", "value": 50000}],
+        # An approver may lower (or raise) the amount: an edited copy then runs.
+        "editable": ["/amount_cents"],
     },
     "reconcile": {"mode": "manual"},
     "concurrency_key": "/payment_id",
