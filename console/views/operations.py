@@ -17,9 +17,9 @@ from operations import access, selectors, services
 from operations.machine import TERMINAL, Status
 
 from ..forms import ConfirmForm, NoteForm, ResolveForm
+from ..middleware import HtmxHttpRequest
 from ..pagination import keyset_page
 from ..presenters import flatten
-from ..middleware import HtmxHttpRequest
 from .common import found, partial, text_param
 
 

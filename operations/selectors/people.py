@@ -279,9 +279,7 @@ def operation_trace(op: Operation) -> dict[str, Any]:
 
 def operation_last_event(op: Operation) -> Event | None:
     """The latest event of ``op`` (who did what last), for the page's live status."""
-    return (
-        Event.objects.filter(stream=op.id).select_related("actor_user").order_by("-seq").first()
-    )
+    return Event.objects.filter(stream=op.id).select_related("actor_user").order_by("-seq").first()
 
 
 # --- the rest of the console: search, lists, runs, tools, audit log, dashboard --------
