@@ -1,0 +1,1 @@
+"""The client integrations, against the real packages (docs/integrations.md)."""
