@@ -1,0 +1,72 @@
+"""What the framework adapters share: the attempt a guarded tool runs for, the
+envelope a model reads, and contract registration."""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import json
+import warnings
+from typing import Any
+
+from ..errors import EffectgateError, ProblemError, TransportError
+from ..runner import AttemptContext, Runner, ToolCallResult
+
+_ATTEMPT: contextvars.ContextVar[AttemptContext | None] = contextvars.ContextVar(
+    "effectgate_attempt", default=None
+)
+
+
+def current_attempt() -> AttemptContext | None:
+    """The Effectgate attempt the running guarded tool serves (its ``idempotency_key``
+    is the one to pass to the provider), or None outside a guarded call."""
+    return _ATTEMPT.get()
+
+
+def register_contract(runner: Runner, name: str, contract: dict[str, Any] | None) -> None:
+    """``PUT /tools/{name}``; a version stored inactive (it weakens the active one)
+    runs under the old contract until a person activates it, so say so loudly."""
+    if contract is None:
+        return
+    answer = runner.client.put_tool(name, contract)
+    if answer.get("active") is False:
+        reasons = "; ".join(answer.get("weakens") or []) or "no reason given"
+        warnings.warn(
+            f"Effectgate stored the new contract of {name} inactive ({reasons}): calls "
+            "run under the active version until a person with the activate permission "
+            "activates it on the tool's console page.",
+            stacklevel=3,
+        )
+
+
+def derived_key(*parts: Any) -> str:
+    """An operation key from what identifies one intended call (canonical JSON)."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "eg:" + hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def for_model(result: ToolCallResult) -> dict[str, Any]:
+    return result.for_model()
+
+
+def refusal_envelope(error: EffectgateError, *, tool: str) -> dict[str, Any]:
+    """What the model reads when Effectgate refused the call or could not be reached:
+    the envelope's shape, so the model sees one kind of answer."""
+    if isinstance(error, ProblemError):
+        return error.for_model()
+    if isinstance(error, TransportError):
+        return {
+            "status": "refused",
+            "code": "effectgate_unreachable",
+            "logical_operation_id": None,
+            "message": f"The call to {tool} was not made: Effectgate could not be reached. "
+            "Try again later with the same arguments.",
+            "allowed_next_actions": [],
+        }
+    return {
+        "status": "refused",
+        "code": "effectgate_error",
+        "logical_operation_id": None,
+        "message": f"The call to {tool} was not made: {error}",
+        "allowed_next_actions": [],
+    }

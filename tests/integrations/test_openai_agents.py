@@ -1,0 +1,227 @@
+"""The OpenAI Agents SDK adapter against the real SDK: an agent driven by the SDK's own
+``ScriptedModel`` (no network, no model) calls a guarded ``function_tool``; a live
+Effectgate decides. Each test checks what the model reads back."""
+
+import asyncio
+import json
+import threading
+import time
+
+import pytest
+from agents import Agent, function_tool, set_tracing_disabled
+from agents import Runner as AgentRunner
+from agents.testing import ScriptedModel, assistant_message, function_call
+from django.db import connections
+from effectgate_client import EffectgateClient, Failed, Runner
+from effectgate_client.integrations.openai_agents import current_attempt, guard
+from guardian.shortcuts import assign_perm
+
+from operations import services
+from operations.models import Operation, Tool
+from tests.approvals.conftest import person
+from tests.conftest import contract, make_runner
+
+pytestmark = pytest.mark.django_db(transaction=True)
+set_tracing_disabled(True)  # the SDK's tracing would export to OpenAI
+
+ARGS = {"payment_id": "pay_1", "amount_cents": 500}
+
+
+class Provider:
+    """The payment provider behind the tool: counts the refunds it commits."""
+
+    def __init__(self, *script):
+        self.script = list(script)
+        self.refunds: list[tuple[str, str]] = []
+
+    def refund(self, payment_id: str, amount_cents: int) -> str:
+        step = self.script.pop(0) if self.script else None
+        if isinstance(step, BaseException):
+            if getattr(step, "after_commit", False):
+                self.refunds.append((payment_id, current_attempt().idempotency_key))
+            raise step
+        attempt = current_attempt()
+        assert attempt is not None, "the tool runs inside an Effectgate attempt"
+        self.refunds.append((payment_id, attempt.idempotency_key))
+        return f"refunded {amount_cents} on {payment_id}"
+
+
+@pytest.fixture
+def world(live_server):
+    api = make_runner()
+    client = EffectgateClient(live_server.url, api.token)
+    yield api, client
+    client.close()
+
+
+def _agent(provider, runner, run, *, approval=None, steps=None):
+    @function_tool(failure_error_function=None)
+    def send_refund(payment_id: str, amount_cents: int) -> str:
+        """Refund a payment."""
+        return provider.refund(payment_id, amount_cents)
+
+    body = contract("irreversible", approval=approval or {"mode": "never"})
+    guarded = guard(send_refund, runner=runner, run=run, contract=body)
+    model = ScriptedModel(
+        steps
+        or [
+            [function_call("send_refund", ARGS, call_id="call_1")],
+            [assistant_message("done")],
+        ]
+    )
+    return Agent(name="support", tools=[guarded], model=model), model
+
+
+def _seen(model, call_id="call_1"):
+    """The tool output the model read back for ``call_id`` (the envelope)."""
+    for call in model.calls[1:]:
+        for item in call.input:
+            if item.get("type") == "function_call_output" and item.get("call_id") == call_id:
+                return json.loads(item["output"])
+    raise AssertionError("the model never saw the tool's output")
+
+
+def _run(agent):
+    return asyncio.run(AgentRunner.run(agent, "refund order 551"))
+
+
+def test_a_guarded_call_succeeds_once_with_the_operations_key(world):
+    _, client = world
+    provider = Provider()
+    runner = Runner(client, lease_s=10)
+    run = client.create_run(principal="user:alice")["id"]
+    agent, model = _agent(provider, runner, run)
+    result = _run(agent)
+    assert result.final_output == "done"
+    envelope = _seen(model)
+    assert envelope["status"] == "succeeded"
+    assert envelope["result"] == "refunded 500 on pay_1"
+    op = Operation.objects.get(operation_key="send_refund:call_1")
+    assert envelope["logical_operation_id"] == op.id
+    assert provider.refunds == [("pay_1", op.idempotency_key)]
+    assert op.call_id == "call_1"
+
+
+def test_the_same_call_again_is_the_same_operation_and_no_second_refund(world):
+    _, client = world
+    provider = Provider()
+    runner = Runner(client, lease_s=10)
+    run = client.create_run(principal="user:alice")["id"]
+    agent, _model = _agent(provider, runner, run)
+    _run(agent)
+    # The agent restarts and the model repeats the call it had made (same call id).
+    again, model_again = _agent(provider, runner, run)
+    _run(again)
+    assert len(provider.refunds) == 1
+    assert _seen(model_again)["status"] == "succeeded"
+    assert Operation.objects.filter(tool_id="send_refund").count() == 1
+
+
+def test_an_approval_still_pending_comes_back_as_waiting(world):
+    _, client = world
+    provider = Provider()
+    runner = Runner(client, lease_s=10, wait_s=0.5)
+    run = client.create_run(principal="user:alice")["id"]
+    agent, model = _agent(provider, runner, run, approval={"mode": "always"})
+    _run(agent)
+    envelope = _seen(model)
+    assert envelope["status"] == "awaiting_approval"
+    assert "do not call it again" in envelope["message"]
+    assert envelope["allowed_next_actions"] == ["wait_for_approval"]
+    assert provider.refunds == []
+
+
+def _decide_soon(approve, comment=""):
+    def decide():
+        try:
+            for _ in range(200):
+                op = Operation.objects.filter(status="awaiting_approval").first()
+                if op is not None:
+                    user = person()
+                    assign_perm("operations.decide_tool", user, Tool.objects.get(pk=op.tool_id))
+                    services.approval_decide(
+                        request_id=op.approval_requests.get(status="pending").id,
+                        user=user,
+                        approve=approve,
+                        comment=comment,
+                    )
+                    return
+                time.sleep(0.05)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=decide)
+    thread.start()
+    return thread
+
+
+def test_a_person_approves_while_the_agent_waits_and_the_call_runs(world):
+    _, client = world
+    provider = Provider()
+    runner = Runner(client, lease_s=10, wait_s=20)
+    run = client.create_run(principal="user:alice")["id"]
+    agent, model = _agent(provider, runner, run, approval={"mode": "always"})
+    thread = _decide_soon(True)
+    _run(agent)
+    thread.join()
+    assert _seen(model)["status"] == "succeeded"
+    assert len(provider.refunds) == 1
+
+
+def test_a_rejection_reaches_the_model_with_the_reviewers_comment(world):
+    _, client = world
+    provider = Provider()
+    runner = Runner(client, lease_s=10, wait_s=20)
+    run = client.create_run(principal="user:alice")["id"]
+    agent, model = _agent(provider, runner, run, approval={"mode": "always"})
+    thread = _decide_soon(False, "The customer was refunded by phone")
+    _run(agent)
+    thread.join()
+    envelope = _seen(model)
+    assert (envelope["status"], envelope["code"]) == ("rejected", "approval_rejected")
+    assert "The customer was refunded by phone" in envelope["message"]
+    assert provider.refunds == []
+
+
+def test_a_lost_answer_is_unknown_and_never_retried(world):
+    _, client = world
+    lost = TimeoutError("read timed out")
+    lost.after_commit = True  # the provider committed, the answer never came
+    provider = Provider(lost)
+    runner = Runner(client, lease_s=10)
+    run = client.create_run(principal="user:alice")["id"]
+    agent, model = _agent(provider, runner, run)
+    _run(agent)
+    envelope = _seen(model)
+    assert envelope["status"] == "outcome_unknown"
+    assert "do not retry" in envelope["message"]
+    assert len(provider.refunds) == 1
+
+
+def test_a_refusal_by_the_provider_is_a_failure(world):
+    _, client = world
+    provider = Provider(Failed("card_declined", "the card was declined"))
+    runner = Runner(client, lease_s=10)
+    run = client.create_run(principal="user:alice")["id"]
+    agent, model = _agent(provider, runner, run)
+    _run(agent)
+    envelope = _seen(model)
+    assert (envelope["status"], envelope["code"]) == ("failed_permanent", "card_declined")
+
+
+def test_an_exhausted_budget_is_refused_without_calling_the_tool(world):
+    _, client = world
+    provider = Provider()
+    runner = Runner(client, lease_s=10)
+    run = client.create_run(principal="user:alice", budgets={"max_tool_calls": 1})["id"]
+    steps = [
+        [function_call("send_refund", ARGS, call_id="call_1")],
+        [function_call("send_refund", {**ARGS, "payment_id": "pay_2"}, call_id="call_2")],
+        [assistant_message("done")],
+    ]
+    agent, model = _agent(provider, runner, run, steps=steps)
+    _run(agent)
+    assert _seen(model, "call_1")["status"] == "succeeded"
+    envelope = _seen(model, "call_2")
+    assert (envelope["status"], envelope["code"]) == ("refused", "budget_exhausted")
+    assert len(provider.refunds) == 1
