@@ -54,10 +54,22 @@ def request_open(
 def request_escalate(*, request: ApprovalRequest, now) -> bool:
     """Offer a pending request to its escalation group now. True if this call did it."""
     changed = ApprovalRequest.objects.filter(
-        pk=request.pk, status=Status.PENDING, escalated_at__isnull=True, escalate_at__lte=now
+        pk=request.pk,
+        status=Status.PENDING,
+        escalated_at__isnull=True,
+        escalate_at__lte=now,
+        expires_at__gt=now,
     ).update(escalated_at=now)
     request.refresh_from_db()
     return bool(changed)
+
+
+def request_escalation_inherit(*, request: ApprovalRequest, source: ApprovalRequest) -> None:
+    """An edited copy's request keeps the escalation its original had reached."""
+    request.escalate_at = source.escalate_at
+    request.escalate_to = source.escalate_to
+    request.escalated_at = source.escalated_at
+    request.save(update_fields=["escalate_at", "escalate_to", "escalated_at"])
 
 
 def request_withdraw(*, request: ApprovalRequest, now=None) -> bool:

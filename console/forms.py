@@ -75,8 +75,11 @@ def editable_fields(op: Any) -> list[dict[str, Any]]:
         value = resolve_pointer(op.arguments, pointer)
         if is_missing(value) or value is None:
             text = ""
-        elif kind in ("string",):
+        elif kind == "string":
             text = str(value)
+            if "\n" in text or "\r" in text:
+                kind = "json"  # a text input would drop the line breaks: edit it as JSON
+                text = json.dumps(value, ensure_ascii=False)
         else:
             text = json.dumps(value, ensure_ascii=False)
         label = (labels.get(pointer) or {}).get("label") or pointer
@@ -92,6 +95,10 @@ def editable_fields(op: Any) -> list[dict[str, Any]]:
     return fields
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def parse_edits(op: Any, data: Any) -> dict[str, Any]:
     """The edits a decision form carries (only fields whose text changed), typed by the
     schema; ``ValueError`` with a sentence for the person when one cannot be read."""
@@ -100,6 +107,8 @@ def parse_edits(op: Any, data: Any) -> dict[str, Any]:
         text = data.get(field["name"])
         if text is None or text == field["text"]:
             continue
+        if field["kind"] != "string" and not text.strip():
+            continue  # left empty (a missing value, or a boolean's "unchanged")
         kind = field["kind"]
         try:
             if kind == "string":
@@ -109,7 +118,7 @@ def parse_edits(op: Any, data: Any) -> dict[str, Any]:
             elif kind == "boolean":
                 value = {"true": True, "false": False}[text.strip()]
             else:
-                value = json.loads(text)
+                value = json.loads(text, parse_constant=_no_constant)
                 if kind == "number" and (
                     isinstance(value, bool) or not isinstance(value, int | float)
                 ):

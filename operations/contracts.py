@@ -399,6 +399,13 @@ def _approval_extra_problems(
         problems.append(
             {"path": "/approval", "message": "escalate_after_s and escalate_to go together"}
         )
+    elif approval.get("escalate_after_s", 0) >= approval["request_ttl_s"]:
+        problems.append(
+            {
+                "path": "/approval/escalate_after_s",
+                "message": "must be shorter than request_ttl_s, or the request expires first",
+            }
+        )
     return problems
 
 

@@ -48,6 +48,11 @@ def approval_detail(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
     )
     comparison = selectors.approval_comparison(approval)
     compared = None
+    if comparison is not None and not (
+        # Someone who decides only by escalation sees no other operation of the tool.
+        selectors.operations_visible_to(request.user).filter(pk=comparison[1].pk).exists()
+    ):
+        comparison = None
     if comparison is not None:
         label, other = comparison
         compared = {

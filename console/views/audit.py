@@ -26,6 +26,8 @@ KNOWN_KINDS = [
     "granted",
     "rejected",
     "approval_expired",
+    "approval_escalated",
+    "superseded",
     "grant_revoked",
     "grant_invalid",
     "claimed",

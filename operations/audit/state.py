@@ -414,14 +414,81 @@ def _tools() -> Iterator[Unexplained]:
             )
 
 
+def _escalations() -> Iterator[Unexplained]:
+    """A request offered to a group has the ``approval_escalated`` event naming it and
+    that group: the column alone must not let a group decide."""
+    rows = (
+        ApprovalRequest.objects.exclude(escalated_at=None)
+        .annotate(
+            evented=Exists(
+                _events(
+                    "approval_escalated",
+                    stream=OuterRef("operation_id"),
+                    approval=OuterRef("pk"),
+                    group=OuterRef("escalate_to"),
+                )
+            )
+        )
+        .values("pk", "operation_id", "evented")
+    )
+    for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
+        if not row["evented"]:
+            yield Unexplained(
+                "approvals.ApprovalRequest",
+                row["pk"],
+                f"it is escalated, but no approval_escalated event in {row['operation_id']} "
+                "names it and its group",
+            )
+
+
+def _edits() -> Iterator[Unexplained]:
+    """A superseded operation names the successor its ``superseded`` event names; an
+    edited copy's ``edits`` and ``previous`` are those its ``registered`` event recorded
+    (the runner calls the tool with the edits applied)."""
+    superseded = (
+        Operation.objects.exclude(superseded_by=None)
+        .annotate(
+            evented=Exists(
+                _events(
+                    "superseded", stream=OuterRef("pk"), successor=OuterRef("superseded_by_id")
+                )
+            )
+        )
+        .values("pk", "evented")
+    )
+    for row in superseded.order_by("pk").iterator(chunk_size=CHUNK):
+        if not row["evented"]:
+            yield Unexplained(
+                "operations.Operation", row["pk"], "superseded_by differs from its superseded event"
+            )
+    edited = (
+        Operation.objects.exclude(edits=None)
+        .annotate(registered=_first_data(Event.objects.filter(stream=OuterRef("pk"), seq=1)))
+        .values("pk", "previous_id", "edits", "registered")
+    )
+    for row in edited.order_by("pk").iterator(chunk_size=CHUNK):
+        registered = row["registered"] or {}
+        if (
+            registered.get("edited_from") != row["previous_id"]
+            or registered.get("edits") != row["edits"]
+        ):
+            yield Unexplained(
+                "operations.Operation",
+                row["pk"],
+                "its edits or previous operation differ from its registered event",
+            )
+
+
 def state_verify() -> Iterator[Unexplained]:
     """Every state row no event explains: approvals first (what a forger needs to make
     an operation runnable), then resolutions, operations, runs and tools."""
     yield from _decisions()
     yield from _grants()
     yield from _approval_requests()
+    yield from _escalations()
     yield from _resolutions()
     yield from _resolution_reviews()
     yield from _operations()
+    yield from _edits()
     yield from _runs()
     yield from _tools()

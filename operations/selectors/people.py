@@ -77,14 +77,15 @@ def requests_pending_for_user(
 
 def _decidable_by(user: Any, perms: list[str] | None = None) -> Q:
     """Requests of tools on which ``user`` holds ``perms`` (default: decide), or
-    escalated to one of their groups (``access.escalated_to_user`` says the same of
-    one request)."""
+    escalated to one of their groups while they are pending (``access.escalated_to_user``
+    says the same of one request)."""
     by_tool = Q(operation__tool__in=access.tools_for_user(user, perms or [access.DECIDE]))
     if not user.is_active:
         return by_tool
     return by_tool | Q(
         escalated_at__isnull=False,
         escalate_to__in=list(user.groups.values_list("name", flat=True)),
+        status=ApprovalRequest.RequestStatus.PENDING,
     )
 
 

@@ -14,7 +14,7 @@ from approvals.models import ApprovalRequest
 
 from .. import access, errors, payloads
 from ..arguments import apply_edits, validate_frozen
-from ..canonical import intent_hash
+from ..canonical import canonical_json, intent_hash
 from ..machine import Status
 from ..models import (
     Operation,
@@ -129,16 +129,19 @@ def approval_decide(
                     ),
                     now=now,
                 )
-                result = _approve_edited(
-                    op,
-                    request,
-                    user=user,
-                    edited=edited,
-                    changes=changes,
-                    comment=comment,
-                    otp_verified=otp_verified,
-                    now=now,
-                )
+                # A savepoint: a refusal on the way (the successor's own decision) takes
+                # every write of the edit back with it, so nothing is half-done.
+                with transaction.atomic():
+                    result = _approve_edited(
+                        op,
+                        request,
+                        user=user,
+                        edited=edited,
+                        changes=changes,
+                        comment=comment,
+                        otp_verified=otp_verified,
+                        now=now,
+                    )
             else:
                 result = _decide_locked(
                     op,
@@ -230,6 +233,13 @@ def _edited_arguments(op: Operation, edits: dict[str, Any]) -> tuple[Any, list[d
     edited, changes = apply_edits(op.arguments, edits)
     if changes:
         validate_frozen(contract["input_schema"], edited)
+        try:
+            canonical_json(edited)
+        except ValueError as exc:  # NaN, infinities, integers past 2**53
+            raise errors.NumberOutOfRange(
+                "An edited value is a number JSON cannot carry exactly.",
+                errors=[{"path": "/arguments" + c["path"], "message": str(exc)} for c in changes],
+            ) from exc
     return edited, changes
 
 
@@ -291,7 +301,10 @@ def _approve_edited(
         edits=changes,
         traceparent=op.traceparent,
     )
-    insert_unless_conflict(successor)
+    if not insert_unless_conflict(successor):
+        raise DecisionRefused(
+            f"The key {successor.operation_key!r} was taken meanwhile; decide again."
+        )
     event_append(
         stream=successor.id,
         kind="registered",
@@ -324,6 +337,20 @@ def _approve_edited(
         now=now,
         data={"approval": new_request.id, "reason": new_request.reason},
     )
+    if request.escalated_at is not None:
+        # Offered to the escalation group already: the copy stays offered to it.
+        approval_services.request_escalation_inherit(request=new_request, source=request)
+        record(
+            successor,
+            kind="approval_escalated",
+            actor=actor,
+            now=now,
+            data={
+                "approval": new_request.id,
+                "group": new_request.escalate_to,
+                "inherited_from": request.id,
+            },
+        )
     outbox_enqueue(op=successor, event_type=f"operation.{successor.status}", now=now)
     approval_services.request_supersede(request=request, now=now)
     enter(

@@ -39,6 +39,8 @@ def saved_view_save(*, user: Any, list_name: str, name: str, query: str) -> Save
     if list_name not in SavedView.ListName.values:
         raise errors.InvalidRequest(f"No list named {list_name!r}.")
     query = clean_query(list_name, query)
+    if len(query) > SavedView._meta.get_field("query").max_length:  # type: ignore[operator]
+        raise errors.InvalidRequest("These filters are too long to save as a view.")
     existing = SavedView.objects.filter(user=user, list_name=list_name, name=name).first()
     if existing is None and SavedView.objects.filter(user=user).count() >= MAX_PER_PERSON:
         raise DecisionRefused(f"You have {MAX_PER_PERSON} saved views; delete one first.")

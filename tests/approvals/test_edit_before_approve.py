@@ -231,3 +231,20 @@ def test_more_editable_fields_is_a_weakening_a_person_activates(api):
     answer = api.tool("refund", second)
     assert answer["active"] is False
     assert "more fields a person may edit when approving" in answer["weakens"]
+
+
+def test_the_audit_finds_forged_edits(api):
+    op = _pending(api)
+    successor = _edit(op, person(decide_on="refund"), {"/amount_cents": 100})
+    Operation.objects.filter(pk=successor.id).update(
+        edits=[{"path": "/amount_cents", "from": 75000, "to": 99999}]
+    )
+    [problem] = [p for p in state_verify() if p.pk == successor.id]
+    assert "differ from its registered event" in problem.problem
+
+
+def test_a_number_json_cannot_carry_is_refused(api):
+    op = _pending(api)
+    with pytest.raises(errors.NumberOutOfRange):
+        _edit(op, person(decide_on="refund"), {"/amount_cents": 2**60})
+    assert Operation.objects.count() == 1

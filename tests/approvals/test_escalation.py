@@ -137,3 +137,63 @@ def test_the_contract_needs_both_and_another_group_is_a_weakening(api):
         approval={"mode": "always", "escalate_after_s": 7200, "escalate_to": GROUP},
     )
     assert api.tool("refund", later)["active"] is True
+
+
+def test_a_group_member_may_edit_and_the_copy_stays_offered_to_the_group(api):
+    api.tool(
+        "refund",
+        contract(
+            "irreversible",
+            approval={
+                "mode": "always",
+                "approvals_required": 2,
+                "escalate_after_s": 3600,
+                "escalate_to": GROUP,
+                "editable": ["/amount_cents"],
+            },
+        ),
+    )
+    op = api.register(api.run(principal="user:alice"), "refund")
+    lead, other_lead = _lead(), _lead()
+    with _later(3601):
+        services.sweep()
+    successor = services.approval_decide(
+        request_id=op["approval"]["id"],
+        user=lead,
+        approve=True,
+        comment="",
+        edits={"/amount_cents": 400},
+    )
+    copy = successor.approval_requests.get()
+    assert copy.escalated_at is not None
+    assert copy.escalate_to == GROUP
+    # The second approval of the copy comes from the group too.
+    services.approval_decide(request_id=copy.id, user=other_lead, approve=True, comment="")
+    assert api.operation(successor.id)["status"] == "ready"
+    assert list(state_verify()) == []
+
+
+def test_the_audit_finds_a_forged_escalation(api):
+    from approvals.models import ApprovalRequest
+
+    op = _pending(api)
+    ApprovalRequest.objects.filter(pk=op["approval"]["id"]).update(
+        escalated_at=timezone.now(), escalate_to="Everyone"
+    )
+    [problem] = [p for p in state_verify() if p.pk == op["approval"]["id"]]
+    assert "no approval_escalated event" in problem.problem
+
+
+def test_escalation_must_come_before_the_request_expires():
+    late = contract(
+        "irreversible",
+        approval={
+            "mode": "always",
+            "request_ttl_s": 600,
+            "escalate_after_s": 600,
+            "escalate_to": GROUP,
+        },
+    )
+    with pytest.raises(errors.InvalidContract) as refused:
+        normalize_contract(late)
+    assert refused.value.extra["errors"][0]["path"] == "/approval/escalate_after_s"

@@ -328,3 +328,19 @@ def test_a_closed_operation_page_does_not_poll(api, approver):
     assert successor.id in page
     edited = client.get(f"/operations/{successor.id}/").content.decode()
     assert "Edited copy of" in edited
+
+
+def test_nan_and_untouched_empty_fields_decide_nothing_wrong(api, approver):
+    user, client = approver
+    op = _editable(api, user)
+    response = client.post(
+        f"/approvals/{op['approval']['id']}/decide",
+        {"decision": "approve", "edit-0": "NaN"},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert "Nothing was decided." in response.content.decode()
+    # An emptied number field means "leave it": a plain approval.
+    client.post(f"/approvals/{op['approval']['id']}/decide", {"decision": "approve", "edit-0": ""})
+    assert Operation.objects.get(pk=op["id"]).status == "ready"
+    assert not Operation.objects.filter(previous_id=op["id"]).exists()

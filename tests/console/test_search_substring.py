@@ -176,3 +176,14 @@ def test_on_postgresql_the_trigram_index_answers_the_search(ops, viewer):
         cursor.execute(f"EXPLAIN {sql}", params)
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "op_search_trgm" in plan, plan
+
+
+def test_a_view_too_long_to_save_is_refused(ops, viewer):
+    client = client_for(viewer)
+    response = client.post(
+        "/views/save",
+        {"list_name": "operations", "name": "long", "query": "q=" + "é" * 600},
+        follow=True,
+    )
+    assert "too long to save" in response.content.decode()
+    assert not SavedView.objects.exists()
