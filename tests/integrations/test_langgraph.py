@@ -1,0 +1,150 @@
+"""The LangGraph / LangChain adapter against the real packages: a graph whose agent node
+is LangChain's fake chat model (scripted tool calls, no network, no model) and whose
+tools run in LangGraph's ``ToolNode``; a live Effectgate decides."""
+
+import json
+
+import pytest
+from django.db import connections
+from effectgate_client import EffectgateClient, Runner
+from effectgate_client.integrations.langgraph import current_attempt, guard
+from guardian.shortcuts import assign_perm
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, ToolMessage
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Command
+
+from operations import services
+from operations.models import Operation, Tool
+from tests.approvals.conftest import person
+from tests.conftest import contract, make_runner
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ARGS = {"payment_id": "pay_1", "amount_cents": 500}
+
+
+@pytest.fixture
+def world(live_server):
+    api = make_runner()
+    client = EffectgateClient(live_server.url, api.token)
+    yield client
+    client.close()
+    connections.close_all()
+
+
+def _graph(client, *, approval=None, refunds=None, calls=None, budgets=None):
+    refunds = refunds if refunds is not None else []
+
+    @tool
+    def send_refund(payment_id: str, amount_cents: int) -> str:
+        """Refund a payment."""
+        refunds.append((payment_id, current_attempt().idempotency_key))
+        return f"refunded {amount_cents} on {payment_id}"
+
+    runner = Runner(client, lease_s=10)
+    run = client.create_run(principal="user:alice", budgets=budgets)["id"]
+    guarded = guard(
+        send_refund,
+        runner=runner,
+        run=run,
+        contract=contract("irreversible", approval=approval or {"mode": "never"}),
+    )
+    script = [
+        AIMessage(content="", tool_calls=[{"name": "send_refund", "args": a, "id": i}])
+        for i, a in (calls or [("call_1", ARGS)])
+    ]
+    model = GenericFakeChatModel(messages=iter([*script, AIMessage(content="done")]))
+
+    def agent(state: MessagesState):
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("agent", agent)
+    builder.add_node("tools", ToolNode([guarded]))
+    builder.add_edge(START, "agent")
+    builder.add_conditional_edges("agent", tools_condition)
+    builder.add_edge("tools", "agent")
+    return builder.compile(checkpointer=InMemorySaver()), refunds
+
+
+def _seen(state, call_id="call_1"):
+    """The envelope the model read for ``call_id``."""
+    for message in state["messages"]:
+        if isinstance(message, ToolMessage) and message.tool_call_id == call_id:
+            return json.loads(message.content)
+    raise AssertionError("no tool message")
+
+
+CONFIG = {"configurable": {"thread_id": "t1"}}
+
+
+def test_a_guarded_tool_call_succeeds_through_effectgate(world):
+    graph, refunds = _graph(world)
+    state = graph.invoke({"messages": [("user", "refund order 551")]}, CONFIG)
+    envelope = _seen(state)
+    assert envelope["status"] == "succeeded"
+    assert envelope["result"] == "refunded 500 on pay_1"
+    op = Operation.objects.get(operation_key="send_refund:call_1")
+    assert refunds == [("pay_1", op.idempotency_key)]
+    assert state["messages"][-1].content == "done"
+
+
+def test_approval_interrupts_the_graph_and_the_decision_resumes_it(world):
+    graph, refunds = _graph(world, approval={"mode": "always"})
+    state = graph.invoke({"messages": [("user", "refund order 551")]}, CONFIG)
+    [pending] = state["__interrupt__"]
+    op = Operation.objects.get(operation_key="send_refund:call_1")
+    request = op.approval_requests.get(status="pending")
+    assert pending.value["effectgate"] == "approval_required"
+    assert pending.value["operation"] == op.id
+    assert pending.value["approval_url"].endswith(f"/approvals/{request.id}/")
+    assert refunds == []
+
+    # Resumed before anyone decided: it interrupts again, nothing runs.
+    state = graph.invoke(Command(resume="not yet"), CONFIG)
+    assert state["__interrupt__"]
+    assert refunds == []
+
+    approver = person()
+    assign_perm("operations.decide_tool", approver, Tool.objects.get(pk="send_refund"))
+    services.approval_decide(request_id=request.id, user=approver, approve=True, comment="ok")
+    state = graph.invoke(Command(resume="decided"), CONFIG)
+    assert "__interrupt__" not in state
+    assert _seen(state)["status"] == "succeeded"
+    assert len(refunds) == 1
+
+
+def test_a_rejection_resumes_with_the_reviewers_comment(world):
+    graph, refunds = _graph(world, approval={"mode": "always"})
+    graph.invoke({"messages": [("user", "refund order 551")]}, CONFIG)
+    op = Operation.objects.get(operation_key="send_refund:call_1")
+    approver = person()
+    assign_perm("operations.decide_tool", approver, Tool.objects.get(pk="send_refund"))
+    services.approval_decide(
+        request_id=op.approval_requests.get(status="pending").id,
+        user=approver,
+        approve=False,
+        comment="Refunded by phone already",
+    )
+    state = graph.invoke(Command(resume="decided"), CONFIG)
+    envelope = _seen(state)
+    assert (envelope["status"], envelope["code"]) == ("rejected", "approval_rejected")
+    assert "Refunded by phone already" in envelope["message"]
+    assert refunds == []
+
+
+def test_an_exhausted_budget_reaches_the_model_as_a_refusal(world):
+    graph, refunds = _graph(
+        world,
+        budgets={"max_tool_calls": 1},
+        calls=[("call_1", ARGS), ("call_2", {**ARGS, "payment_id": "pay_2"})],
+    )
+    state = graph.invoke({"messages": [("user", "refund both")]}, CONFIG)
+    assert _seen(state, "call_1")["status"] == "succeeded"
+    envelope = _seen(state, "call_2")
+    assert (envelope["status"], envelope["code"]) == ("refused", "budget_exhausted")
+    assert len(refunds) == 1
