@@ -6,8 +6,6 @@ import json
 
 import pytest
 from django.db import connections
-from effectgate_client import EffectgateClient, Runner
-from effectgate_client.integrations.langgraph import current_attempt, guard
 from guardian.shortcuts import assign_perm
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, ToolMessage
@@ -17,6 +15,8 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command
 
+from effectgate_client import EffectgateClient, Runner
+from effectgate_client.integrations.langgraph import current_attempt, guard
 from operations import services
 from operations.models import Operation, Tool
 from tests.approvals.conftest import person

@@ -12,10 +12,10 @@ from agents import Agent, function_tool, set_tracing_disabled
 from agents import Runner as AgentRunner
 from agents.testing import ScriptedModel, assistant_message, function_call
 from django.db import connections
-from effectgate_client import EffectgateClient, Failed, Runner
-from effectgate_client.integrations.openai_agents import current_attempt, guard
 from guardian.shortcuts import assign_perm
 
+from effectgate_client import EffectgateClient, Failed, Runner
+from effectgate_client.integrations.openai_agents import current_attempt, guard
 from operations import services
 from operations.models import Operation, Tool
 from tests.approvals.conftest import person
