@@ -449,9 +449,7 @@ def _edits() -> Iterator[Unexplained]:
         Operation.objects.exclude(superseded_by=None)
         .annotate(
             evented=Exists(
-                _events(
-                    "superseded", stream=OuterRef("pk"), successor=OuterRef("superseded_by_id")
-                )
+                _events("superseded", stream=OuterRef("pk"), successor=OuterRef("superseded_by_id"))
             )
         )
         .values("pk", "evented")

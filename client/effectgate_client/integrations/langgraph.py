@@ -126,8 +126,7 @@ def guard(
     runner: Runner,
     run: str | Callable[[RunnableConfig | None], str],
     contract: dict[str, Any] | None = None,
-    operation_key: Callable[[str | None, dict[str, Any], RunnableConfig | None], str]
-    | None = None,
+    operation_key: Callable[[str | None, dict[str, Any], RunnableConfig | None], str] | None = None,
     interrupt_for_approval: bool = True,
 ) -> GuardedTool:
     """``tool`` guarded by Effectgate.
