@@ -126,7 +126,7 @@ def test_an_approval_still_pending_comes_back_as_waiting(world):
     _run(agent)
     envelope = _seen(model)
     assert envelope["status"] == "awaiting_approval"
-    assert "do not call it again" in envelope["message"]
+    assert "wait for the decision" in envelope["message"]
     assert envelope["allowed_next_actions"] == ["wait_for_approval"]
     assert provider.refunds == []
 
