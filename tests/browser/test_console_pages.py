@@ -175,7 +175,7 @@ def test_a_person_sees_nothing_of_a_tool_they_hold_no_permission_for(page):
     search = page.get_by_role("search").get_by_label("Search")
     search.fill(hidden["idempotency_key"])
     search.press("Enter")
-    expect(page.get_by_text("No operation you may see matches exactly.")).to_be_visible()
+    expect(page.get_by_text("No operation you may see matches.")).to_be_visible()
     assert page.goto(f"/operations/{hidden['id']}/").status == 404
 
     page.goto("/runs/")

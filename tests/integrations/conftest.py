@@ -20,7 +20,8 @@ from tests.conftest import make_runner
 
 UPSTREAM = Path(__file__).with_name("mcp_upstream.py")
 ROOT = Path(__file__).resolve().parents[2]
-GATEWAY = ROOT / ".venv" / "bin" / "effectgate-mcp"
+# The console script installed beside the interpreter running the tests.
+GATEWAY = Path(sys.executable).with_name("effectgate-mcp")
 # The gateway's upstream timeout in these tests, and how long the upstream sleeps after
 # committing for ``timeout_after_commit``: longer than that and than the direct
 # client's patience (1 s).

@@ -40,6 +40,7 @@ from tests.integrations.conftest import (
     wait_for_port,
     write_config,
 )
+from tests.support.event_loop import run_in_thread
 
 # Nearly every test starts processes (the gateway, upstreams): all are marked slow.
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -256,7 +257,7 @@ def test_stdio_gateway_commits_no_duplicates_where_a_direct_connection_does(
             )
             return await run_plan(client), client
 
-    answers, client = anyio.run(through_gateway)
+    answers, client = run_in_thread(anyio.run, through_gateway)
     gateway = _report(record_property, "stdio gateway", mcp_ledger, client)
     assert gateway["effects"] == _expected_effects()
     assert gateway["duplicates"] == 0
@@ -278,7 +279,7 @@ def test_stdio_gateway_commits_no_duplicates_where_a_direct_connection_does(
             client = RetryingClient(lambda: upstream_stdio(mcp_ledger, errlog), read_timeout_s=1)
             return await run_plan(client), client
 
-    _, client = anyio.run(direct)
+    _, client = run_in_thread(anyio.run, direct)
     direct_counts = _report(record_property, "stdio direct", mcp_ledger, client)
     assert direct_counts["duplicates"] > 0
     assert direct_counts["effects"] > _expected_effects()
@@ -306,7 +307,7 @@ def test_http_gateway_commits_no_duplicates_where_a_direct_connection_does(
             )
             return await run_plan(client), client
 
-        answers, client = anyio.run(through_gateway)
+        answers, client = run_in_thread(anyio.run, through_gateway)
     counts = _report(record_property, "http gateway", mcp_ledger, client)
     assert counts["effects"] == _expected_effects()
     assert counts["duplicates"] == 0
@@ -326,7 +327,7 @@ def test_http_gateway_commits_no_duplicates_where_a_direct_connection_does(
         )
         return await run_plan(client), client
 
-    _, client = anyio.run(direct)
+    _, client = run_in_thread(anyio.run, direct)
     direct_counts = _report(record_property, "http direct", mcp_ledger, client)
     assert direct_counts["duplicates"] > 0
     assert direct_counts["effects"] > _expected_effects()
@@ -390,7 +391,7 @@ def test_a_pending_approval_blocks_the_call_until_a_person_approves(
                 assert not errors, errors
                 return result, elapsed
 
-    result, elapsed = anyio.run(call)
+    result, elapsed = run_in_thread(anyio.run, call)
     assert not result.is_error, result
     assert elapsed >= 1.0
     envelope = envelope_of(result)
@@ -468,7 +469,7 @@ def test_what_the_model_sees(mcp_config, mcp_effectgate, mcp_ledger, tmp_path, r
                     meta={"effectgate/operation_key": "refund-agent:pay_ok:second"},
                 )
 
-    anyio.run(scenario)
+    run_in_thread(anyio.run, scenario)
     envelopes = {case: envelope_of(result) for case, result in seen.items() if case != "tools"}
     for case, envelope in envelopes.items():
         print(f"\n[mcp-gateway] model sees ({case}): {json.dumps(envelope)}")
@@ -556,8 +557,8 @@ def test_the_derived_key_survives_a_reconnect(mcp_config, mcp_effectgate, mcp_le
             async with gateway_stdio(config, mcp_effectgate.token, errlog) as session:
                 return await session.call_tool("send_refund", arguments)
 
-    first = anyio.run(once)
-    second = anyio.run(once)
+    first = run_in_thread(anyio.run, once)
+    second = run_in_thread(anyio.run, once)
     assert envelope_of(first)["status"] == envelope_of(second)["status"] == "succeeded"
     assert envelope_of(first) == envelope_of(second)
     # The replay answers the upstream's content as Effectgate kept it.
@@ -584,7 +585,7 @@ def test_principal_from_client_info(mcp_config, mcp_effectgate, tmp_path):
                     "send_refund", {"payment_id": "pay_1", "amount_cents": 300}
                 )
 
-    result = anyio.run(once)
+    result = run_in_thread(anyio.run, once)
     assert envelope_of(result)["status"] == "succeeded"
     assert Operation.objects.get().principal == "client:refund-agent"
 
@@ -755,7 +756,7 @@ def test_unlisted_tools_are_exposed_only_with_a_default_effect_class(
                 result = await session.call_tool("lookup_payment", {"payment_id": "pay_1"})
                 return names, result
 
-    names, result = anyio.run(scenario)
+    names, result = run_in_thread(anyio.run, scenario)
     assert names == ["lookup_payment", "send_refund"]
     assert not result.is_error
     assert result.content[0].text == "payment pay_1: captured"

@@ -20,6 +20,7 @@ from operations import services
 from operations.models import Operation, Tool
 from tests.approvals.conftest import person
 from tests.conftest import contract, make_runner
+from tests.support.event_loop import run_in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 set_tracing_disabled(True)  # the SDK's tracing would export to OpenAI
@@ -82,7 +83,7 @@ def _seen(model, call_id="call_1"):
 
 
 def _run(agent):
-    return asyncio.run(AgentRunner.run(agent, "refund order 551"))
+    return run_in_thread(asyncio.run, AgentRunner.run(agent, "refund order 551"))
 
 
 def test_a_guarded_call_succeeds_once_with_the_operations_key(world):
