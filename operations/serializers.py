@@ -481,8 +481,8 @@ class RunOut(serializers.Serializer):
 
 
 _MESSAGES = {
-    "awaiting_approval": "The call to {tool} is waiting for a person to approve it; wait "
-    "for the decision before calling it again (with the same arguments it is the same call).",
+    "awaiting_approval": "The call to {tool} is waiting for a person to approve it; do not "
+    "call it again, wait for the decision.",
     "ready": "The call to {tool} is registered and may be attempted.",
     "executing": "The call to {tool} is being executed.",
     "outcome_unknown": "The outcome of the call to {tool} is unknown and is being "

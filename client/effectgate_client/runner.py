@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import random
 import threading
 import time
@@ -75,6 +76,39 @@ TERMINAL = frozenset(
         "superseded",
     }
 )
+
+
+SAFE_INTEGER = 2**53 - 1
+MAX_DEPTH = 64
+
+
+def _travels(value: Any, depth: int = 0) -> bool:
+    """Whether Effectgate's strict JSON accepts ``value``: no NaN or infinity, integers
+    within 2**53, no U+0000 or lone surrogate, nesting under 64 levels."""
+    if depth > MAX_DEPTH:
+        return False
+    if value is None or isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return -SAFE_INTEGER <= value <= SAFE_INTEGER
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, str):
+        if "\x00" in value:
+            return False
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return False
+        return True
+    if isinstance(value, list | tuple):
+        return all(_travels(item, depth + 1) for item in value)
+    if isinstance(value, dict):
+        return all(
+            isinstance(key, str) and _travels(key, depth) and _travels(item, depth + 1)
+            for key, item in value.items()
+        )
+    return False
 
 
 def apply_edits(arguments: dict[str, Any], edits: list[dict[str, Any]]) -> dict[str, Any]:
@@ -240,6 +274,7 @@ class Runner:
         turn: int | None = None,
         approval: dict[str, Any] | None = None,
         undo: ToolFunction | None = None,
+        approval_wait_s: float | None = None,
     ) -> ToolCallResult:
         """Take one intended effect as far as it can go now; see the module docstring.
 
@@ -248,9 +283,15 @@ class Runner:
         ``Unknown``; any other exception is posted as ``unknown``. ``undo(ctx)`` (for
         compensable tools) undoes the effect with ``ctx.idempotency_key`` (the
         operation's key suffixed ``:undo``); raising means the undo failed.
+        ``approval_wait_s``: how long, within ``wait_s``, to wait for a person's decision
+        (0 answers ``awaiting_approval`` at once; retries still get their backoff).
         """
         started = self.clock()
         deadline = started + self.wait_s
+        # How long to wait for a person, within the whole wait (0: ask once, go on).
+        approval_deadline = (
+            deadline if approval_wait_s is None else min(deadline, started + approval_wait_s)
+        )
         # The lease runs from the server's clock at the claim, which is no earlier than
         # when the claim left here: measured from that moment, it cannot be overstated.
         claim_sent = self.clock()
@@ -294,10 +335,10 @@ class Runner:
                 op = self._compensate(op, undo, arguments)
                 continue
             if status == "awaiting_approval":
-                if self.clock() >= deadline:
+                if self.clock() >= approval_deadline:
                     result.refusal = ApprovalRequired.code
                     break
-                op = self.waiter.wait(self.client, op, status=status, deadline=deadline)
+                op = self.waiter.wait(self.client, op, status=status, deadline=approval_deadline)
                 continue
             # ready, or executing under a lease this call does not hold
             try:
@@ -390,11 +431,10 @@ class Runner:
                 success = value if isinstance(value, Succeeded) else Succeeded(result=value)
                 body = success.body()
                 result.output = value
-                try:
-                    json.dumps(body)
-                except (TypeError, ValueError):
-                    # The effect happened: record it even if its result cannot travel.
-                    body["result"] = {"repr": repr(success.result)[:4000]}
+                if not _travels(body):
+                    # The effect happened: record it even if its result cannot travel
+                    # (Effectgate refuses what not every JSON reader reads the same).
+                    body["result"] = {"repr": repr(success.result).replace("\x00", "")[:4000]}
         finally:
             heartbeat.stop()
         return self._post_outcome(op, number, body)

@@ -301,3 +301,15 @@ def test_notified_waiter_polls_when_no_notification_comes():
         client, {"id": "op_1"}, status="awaiting_approval", deadline=time.monotonic() + 5
     )
     assert (op["status"], client.reads) == ("ready", 3)
+
+
+def test_only_results_effectgates_strict_json_accepts_travel_as_they_are():
+    from effectgate_client.runner import _travels
+
+    assert _travels({"id": 2**53 - 1, "name": "x", "items": [1.5, None, True]})
+    for refused in (2**60, float("nan"), float("inf"), "a\x00b", "\ud800", {1: "x"}, object()):
+        assert not _travels(refused), refused
+    deep: list = []
+    for _ in range(70):
+        deep = [deep]
+    assert not _travels(deep)

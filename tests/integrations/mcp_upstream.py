@@ -27,6 +27,7 @@ import time
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent
 
 LEDGER_ENV = "MCP_UPSTREAM_LEDGER"
 FAULT_ENV = "MCP_UPSTREAM_FAULT"
@@ -61,7 +62,18 @@ async def send_refund(payment_id: str, amount_cents: int, ctx: Context, fault: s
     if fault and fault not in FAULTS:
         raise ToolError(f"unknown fault {fault!r}")
     if fault == "refused":
-        raise ToolError(f"payment {payment_id} cannot be refunded: it is already fully refunded")
+        # A refusal that says so: nothing was committed (an error without this code
+        # could have come after the commit, and the gateway posts it as unknown).
+        return CallToolResult(
+            content=[
+                TextContent(
+                    type="text",
+                    text=f"payment {payment_id} cannot be refunded: it is already fully refunded",
+                )
+            ],
+            is_error=True,
+            _meta={"effectgate/error_code": "already_refunded"},
+        )
     meta = ctx.request_context.meta or {}
     key = meta.get("effectgate/idempotency_key")
     refund_id = _commit(payment_id, amount_cents, key if isinstance(key, str) else None)

@@ -2,6 +2,7 @@
 is LangChain's fake chat model (scripted tool calls, no network, no model) and whose
 tools run in LangGraph's ``ToolNode``; a live Effectgate decides."""
 
+import asyncio
 import json
 
 import pytest
@@ -21,6 +22,7 @@ from operations import services
 from operations.models import Operation, Tool
 from tests.approvals.conftest import person
 from tests.conftest import contract, make_runner
+from tests.support.event_loop import run_in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -148,3 +150,35 @@ def test_an_exhausted_budget_reaches_the_model_as_a_refusal(world):
     envelope = _seen(state, "call_2")
     assert (envelope["status"], envelope["code"]) == ("refused", "budget_exhausted")
     assert len(refunds) == 1
+
+
+def test_an_async_graph_keys_the_operation_by_the_tool_call(world):
+    graph, refunds = _graph(world)
+    state = run_in_thread(
+        asyncio.run, graph.ainvoke({"messages": [("user", "refund order 551")]}, CONFIG)
+    )
+    assert _seen(state)["status"] == "succeeded"
+    op = Operation.objects.get(tool_id="send_refund")
+    assert op.operation_key == "send_refund:call_1"
+    assert op.call_id == "call_1"
+    assert len(refunds) == 1
+
+
+def test_outside_a_graph_a_pending_approval_is_waited_for_not_raised(world):
+    refunds = []
+
+    @tool
+    def send_refund(payment_id: str, amount_cents: int) -> str:
+        """Refund a payment."""
+        refunds.append(payment_id)
+        return "ok"
+
+    guarded = guard(
+        send_refund,
+        runner=Runner(world, lease_s=10, wait_s=0.3),
+        run=world.create_run(principal="user:alice")["id"],
+        contract=contract("irreversible", approval={"mode": "always"}),
+    )
+    envelope = json.loads(guarded.invoke(ARGS))
+    assert envelope["status"] == "awaiting_approval"
+    assert refunds == []

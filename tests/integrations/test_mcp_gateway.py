@@ -523,7 +523,7 @@ def test_what_the_model_sees(mcp_config, mcp_effectgate, mcp_ledger, tmp_path, r
     failed = envelopes["failed"]
     assert seen["failed"].is_error
     assert failed["status"] == "failed_permanent"
-    assert failed["code"] == "upstream_error"
+    assert failed["code"] == "already_refunded"
     assert "already fully refunded" in failed["message"]
     assert "will not be retried" in failed["message"]
 

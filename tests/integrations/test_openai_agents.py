@@ -19,6 +19,7 @@ from effectgate_client.integrations.openai_agents import current_attempt, guard
 from operations import services
 from operations.models import Operation, Tool
 from tests.approvals.conftest import person
+from tests.client.support import LosingTransport
 from tests.conftest import contract, make_runner
 from tests.support.event_loop import run_in_thread
 
@@ -127,7 +128,7 @@ def test_an_approval_still_pending_comes_back_as_waiting(world):
     _run(agent)
     envelope = _seen(model)
     assert envelope["status"] == "awaiting_approval"
-    assert "wait for the decision" in envelope["message"]
+    assert "do not call it again" in envelope["message"]
     assert envelope["allowed_next_actions"] == ["wait_for_approval"]
     assert provider.refunds == []
 
@@ -226,3 +227,34 @@ def test_an_exhausted_budget_is_refused_without_calling_the_tool(world):
     envelope = _seen(model, "call_2")
     assert (envelope["status"], envelope["code"]) == ("refused", "budget_exhausted")
     assert len(provider.refunds) == 1
+
+
+def test_an_outcome_that_cannot_be_recorded_is_unknown_to_the_model(live_server):
+    api = make_runner()
+    # Every answer to the outcome post is lost: the refund happened, Effectgate may not
+    # know it yet. The model must not be told the call "was not made".
+    transport = LosingTransport(lose={r"POST /api/v1/operations/[^/]+/attempts/1/outcome": 50})
+    client = EffectgateClient(live_server.url, api.token, transport=transport, backoff_base_s=0.01)
+    provider = Provider()
+    runner = Runner(client, lease_s=10)
+    run = client.create_run(principal="user:alice")["id"]
+    agent, model = _agent(provider, runner, run)
+    _run(agent)
+    client.close()
+    envelope = _seen(model)
+    assert (envelope["status"], envelope["code"]) == ("outcome_unknown", "outcome_not_recorded")
+    assert "Do not retry" in envelope["message"]
+    assert len(provider.refunds) == 1
+
+
+def test_the_sdks_timeout_is_not_kept(world):
+    _, client = world
+
+    @function_tool(failure_error_function=None, timeout=5)
+    async def slow(x: int) -> int:
+        """Slow."""
+        return x
+
+    guarded = guard(slow, runner=Runner(client), run="run_unused")
+    assert slow.timeout_seconds == 5
+    assert guarded.timeout_seconds is None

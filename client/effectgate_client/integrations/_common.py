@@ -49,6 +49,26 @@ def for_model(result: ToolCallResult) -> dict[str, Any]:
     return result.for_model()
 
 
+def unrecorded_envelope(error: EffectgateError, *, tool: str) -> dict[str, Any]:
+    """What the model reads when the tool ran but Effectgate did not hear how it ended
+    (the outcome could not be posted, or the answer after it was lost): the effect may
+    exist, so the model must not make the call again as a new one."""
+    return {
+        "status": "outcome_unknown",
+        "code": "outcome_not_recorded",
+        "logical_operation_id": getattr(error, "operation_id", None),
+        "message": f"The call to {tool} was made, but its outcome could not be recorded; "
+        "it is being reconciled. Do not retry it.",
+        "allowed_next_actions": ["reconcile"],
+    }
+
+
+def guarded_envelope(error: EffectgateError, *, tool: str, called: bool) -> dict[str, Any]:
+    """The envelope for an error of ``Runner.execute``: before the tool ran, a refusal;
+    after, an unknown outcome."""
+    return unrecorded_envelope(error, tool=tool) if called else refusal_envelope(error, tool=tool)
+
+
 def refusal_envelope(error: EffectgateError, *, tool: str) -> dict[str, Any]:
     """What the model reads when Effectgate refused the call or could not be reached:
     the envelope's shape, so the model sees one kind of answer."""

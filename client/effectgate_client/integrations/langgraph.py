@@ -10,8 +10,8 @@ so) the node runs again: the same operation key finds the same operation, now ap
 or rejected. Resumed too early, it interrupts again.
 
 The operation key is the tool's name and the model's tool-call id, so a graph that
-replays a step (a retry, a resume) repeats no effect; without a call id, the thread id,
-the tool and the arguments. The wrapped tool runs inside the attempt
+replays a step (a retry, a resume) repeats no effect; without a call id, the run, the
+thread id, the tool and the arguments. The wrapped tool runs inside the attempt
 (``current_attempt().idempotency_key`` is the key for the provider); let its errors
 propagate (``handle_tool_error`` off): an error turned into text looks like a success.
 """
@@ -19,7 +19,6 @@ propagate (``handle_tool_error`` off): an error turned into text looks like a su
 from __future__ import annotations
 
 import contextvars
-import copy
 import json
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +31,13 @@ from langgraph.types import interrupt
 from ..errors import EffectgateError
 from ..outcomes import Succeeded
 from ..runner import AttemptContext, Runner, ToolCallResult
-from ._common import _ATTEMPT, current_attempt, derived_key, refusal_envelope, register_contract
+from ._common import (
+    _ATTEMPT,
+    current_attempt,
+    derived_key,
+    guarded_envelope,
+    register_contract,
+)
 
 __all__ = ["GuardedTool", "current_attempt", "guard"]
 
@@ -57,17 +62,36 @@ class GuardedTool(BaseTool):
         finally:
             _TOOL_CALL_ID.reset(token)
 
-    def _key(self, arguments: dict[str, Any], config: RunnableConfig | None) -> str:
+    async def arun(
+        self, tool_input: Any, *args: Any, tool_call_id: str | None = None, **kwargs: Any
+    ):
+        # Async graphs call ainvoke -> arun -> _arun (run_in_executor -> _run): the
+        # call id travels in the copied context.
+        token = _TOOL_CALL_ID.set(tool_call_id)
+        try:
+            return await super().arun(tool_input, *args, tool_call_id=tool_call_id, **kwargs)
+        finally:
+            _TOOL_CALL_ID.reset(token)
+
+    def _key(self, arguments: dict[str, Any], config: RunnableConfig | None, run: str) -> str:
         call_id = _TOOL_CALL_ID.get()
         if self.operation_key_for is not None:
             return str(self.operation_key_for(call_id, arguments, config))
         if call_id:
             return f"{self.name}:{call_id}"
         thread = ((config or {}).get("configurable") or {}).get("thread_id")
-        return derived_key(thread, self.name, arguments)
+        return derived_key(run, thread, self.name, arguments)
 
-    def _execute(self, runner: Runner, arguments: dict[str, Any], key: str, run: str):
+    def _execute(
+        self,
+        arguments: dict[str, Any],
+        key: str,
+        run: str,
+        called: list[bool],
+        approval_wait_s: float | None,
+    ):
         def call(attempt: AttemptContext) -> Any:
+            called.append(True)
             token = _ATTEMPT.set(attempt)
             try:
                 output = self.inner.invoke(attempt.arguments)
@@ -77,6 +101,7 @@ class GuardedTool(BaseTool):
                 return output
             return Succeeded(result=_jsonable(getattr(output, "content", output)))
 
+        runner: Runner = self.runner
         return runner.execute(
             run=run,
             tool=self.name,
@@ -84,25 +109,31 @@ class GuardedTool(BaseTool):
             arguments=arguments,
             call=call,
             call_id=_TOOL_CALL_ID.get(),
+            approval_wait_s=approval_wait_s,
         )
 
     def _run(self, config: RunnableConfig, **arguments: Any) -> str:
         run = self.effectgate_run(config) if callable(self.effectgate_run) else self.effectgate_run
-        key = self._key(arguments, config)
-        runner: Runner = self.runner
-        if self.interrupt_for_approval:
-            # Do not hold the graph while a person decides: ask once, then interrupt.
-            runner = copy.copy(runner)
-            runner.wait_s = 0
+        key = self._key(arguments, config, run)
+        called: list[bool] = []
         try:
-            result = self._execute(runner, arguments, key, run)
-            while self.interrupt_for_approval and result.status == "awaiting_approval":
-                interrupt(_approval_request(runner, result))
-                result = self._execute(runner, arguments, key, run)
+            if not self.interrupt_for_approval:
+                result = self._execute(arguments, key, run, called, None)
+            else:
+                # Do not hold the graph while a person decides: ask once, then interrupt.
+                result = self._execute(arguments, key, run, called, 0)
+                while result.status == "awaiting_approval":
+                    try:
+                        interrupt(_approval_request(self.runner, result))
+                    except (RuntimeError, KeyError):
+                        # Not inside a graph (no checkpointer to resume from): wait.
+                        result = self._execute(arguments, key, run, called, None)
+                        break
+                    result = self._execute(arguments, key, run, called, 0)
         except GraphBubbleUp:
             raise
         except EffectgateError as error:
-            return json.dumps(refusal_envelope(error, tool=self.name))
+            return json.dumps(guarded_envelope(error, tool=self.name, called=bool(called)))
         return json.dumps(result.for_model(), default=str)
 
 

@@ -69,8 +69,10 @@ makes retries safe for repeatable tools.
 - the upstream answers a result: ``succeeded`` (its content and structured content are
   kept as the operation's result, so a replayed call answers them again);
 - the upstream answers ``isError: true``: ``failed`` with the code the upstream puts in
-  the result's ``_meta["effectgate/error_code"]`` (``[a-z0-9_.:-]``, at most 64), else
-  ``upstream_error``; list a code in ``retry.retryable_codes`` only if it means "not
+  the result's ``_meta["effectgate/error_code"]`` (``[a-z0-9_.:-]``, at most 64; its
+  way of saying nothing was committed; ``not_sent`` becomes ``upstream_not_sent``),
+  else ``unknown`` (an SDK server reports an exception raised after the commit as
+  ``isError`` too); list a code in ``retry.retryable_codes`` only if it means "not
   processed";
 - the upstream could not be reached before the request was sent (it cannot be started,
   refuses connections, or does not answer a ping): ``failed`` with ``not_sent``, which
@@ -294,6 +296,10 @@ class UpstreamLink:
                         raise NotSent(
                             f"upstream {self.name} did not answer a ping in time; not called"
                         ) from None
+                    if exc.code != CONNECTION_CLOSED:
+                        # It answered (an error to a ping is still an answer): the link
+                        # is alive; reconnecting would cut other calls in flight.
+                        return self._session
                     logger.warning("upstream %s: link lost (%s); reconnecting", self.name, exc)
                 except Exception as exc:
                     logger.warning(
@@ -322,7 +328,11 @@ class UpstreamLink:
         ``send_request`` rather than ``ClientSession.call_tool``: the gateway relays the
         answer as it came, without a second request to revalidate it.
         """
-        session = await self.ready_session()
+        try:
+            session = await self.ready_session()
+        except anyio.get_cancelled_exc_class():
+            # The client gave up before anything was sent: the tool never ran.
+            raise NotSent(f"the call was cancelled before it was sent to {self.name}") from None
         request = types.CallToolRequest(
             params=types.CallToolRequestParams(name=tool, arguments=arguments, _meta=meta)
         )
@@ -422,13 +432,21 @@ def _stored_result(result: types.CallToolResult) -> dict[str, Any]:
     return stored
 
 
-def _upstream_failure(result: types.CallToolResult) -> Failed:
+def _upstream_failure(result: types.CallToolResult) -> Failed | Unknown:
+    """An ``isError`` answer. Failed only when the upstream says which error with
+    ``_meta["effectgate/error_code"]`` (its way of saying nothing was committed): an SDK
+    server turns any exception into ``isError``, also one raised after the effect, so an
+    error without a code is ``unknown``. ``not_sent`` is Effectgate's to say, not an
+    upstream's (Effectgate retries it whatever the tool)."""
     meta = result.meta or {}
     code = meta.get(ERROR_CODE_META)
-    if not isinstance(code, str) or not OUTCOME_CODE.match(code):
-        code = "upstream_error"
     text = " ".join(block.text for block in result.content if isinstance(block, types.TextContent))
-    return Failed(code, text[:4000] or "the upstream answered an error")
+    detail = text[:4000] or "the upstream answered an error"
+    if not isinstance(code, str) or not OUTCOME_CODE.match(code):
+        return Unknown("upstream_error_unknown", detail)
+    if code == "not_sent":
+        code = "upstream_not_sent"
+    return Failed(code, detail)
 
 
 @dataclass

@@ -9,7 +9,8 @@ inside the attempt; ``current_attempt().idempotency_key`` is the key to pass to 
 provider. What it returns is the result; ``NotSent``, ``Failed`` and ``Unknown`` (from
 ``effectgate_client``) say precisely what happened, and any other exception is posted
 as ``unknown`` (the tool's own error handler, ``failure_error_function``, is bypassed:
-an error turned into text would look like a success).
+an error turned into text would look like a success; so is the SDK's
+``timeout_seconds``: a call the SDK stops waiting for goes on in its thread).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from agents.tool_context import ToolContext
 from ..errors import EffectgateError
 from ..outcomes import Succeeded
 from ..runner import AttemptContext, Runner
-from ._common import _ATTEMPT, current_attempt, refusal_envelope, register_contract
+from ._common import _ATTEMPT, current_attempt, guarded_envelope, register_contract
 
 __all__ = ["current_attempt", "guard"]
 
@@ -67,7 +68,11 @@ def guard(
             _ATTEMPT.set(attempt_ctx)
             return await invoke(ctx, json.dumps(attempt_ctx.arguments))
 
+        called = False
+
         def call(attempt_ctx: AttemptContext) -> Any:
+            nonlocal called
+            called = True
             output = asyncio.run_coroutine_threadsafe(attempt(attempt_ctx), loop).result()
             return output if isinstance(output, Succeeded) else Succeeded(result=_jsonable(output))
 
@@ -83,10 +88,12 @@ def guard(
                 call_id=ctx.tool_call_id,
             )
         except EffectgateError as error:
-            return json.dumps(refusal_envelope(error, tool=tool.name))
+            return json.dumps(guarded_envelope(error, tool=tool.name, called=called))
         return json.dumps(result.for_model(), default=str)
 
-    return dataclasses.replace(tool, on_invoke_tool=on_invoke)
+    # No SDK timeout: giving up on a call that goes on in its thread would tell the
+    # model "timed out" while the effect happens (the runner's lease covers a hang).
+    return dataclasses.replace(tool, on_invoke_tool=on_invoke, timeout_seconds=None)
 
 
 def _jsonable(value: Any) -> Any:
