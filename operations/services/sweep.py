@@ -3,8 +3,11 @@ due ids, then one transaction per item that takes its row with SKIP LOCKED and c
 again that it is still due. Idempotent; safe on many workers at once."""
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
 
 from django.utils import timezone
 
@@ -62,42 +65,39 @@ def operation_deadline_due(*, now: datetime | None = None, limit: int = 500) -> 
     return due_each(due, end)
 
 
-def approval_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:
-    """End operations whose approval request expired undecided."""
-    now = now or timezone.now()
+def _requests_due(
+    handle: Callable[[Operation, ApprovalRequest], bool], *, limit: int, **due: Any
+) -> int:
+    """Pending approval requests matching ``due``, each handled under its operation's
+    lock and its own (operation first, as everywhere)."""
 
-    def expire(item: tuple[str, str]) -> bool:
+    def step(item: tuple[str, str]) -> bool:
         request_id, operation_id = item
         op = lock_if_due(pk=operation_id)
         if op is None:
             return False
         request = ApprovalRequest.objects.select_for_update().get(pk=request_id)
-        return request_expire_locked(op, request, now=now)
+        return handle(op, request)
 
-    due = ApprovalRequest.objects.filter(
-        status=ApprovalRequest.RequestStatus.PENDING, expires_at__lte=now
-    ).values_list("pk", "operation_id")[:limit]
-    return due_each(due, expire)
+    pending = ApprovalRequest.objects.filter(status=ApprovalRequest.RequestStatus.PENDING, **due)
+    return due_each(pending.values_list("pk", "operation_id")[:limit], step)
+
+
+def approval_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:
+    """End operations whose approval request expired undecided."""
+    now = now or timezone.now()
+    return _requests_due(partial(request_expire_locked, now=now), limit=limit, expires_at__lte=now)
 
 
 def approval_escalate_due(*, now: datetime | None = None, limit: int = 500) -> int:
     """Offer requests pending past their ``escalate_at`` to their escalation group."""
     now = now or timezone.now()
-
-    def escalate(item: tuple[str, str]) -> bool:
-        request_id, operation_id = item
-        op = lock_if_due(pk=operation_id)
-        if op is None:
-            return False
-        request = ApprovalRequest.objects.select_for_update().get(pk=request_id)
-        return approval_escalate_locked(op, request, now=now)
-
-    due = ApprovalRequest.objects.filter(
-        status=ApprovalRequest.RequestStatus.PENDING,
+    return _requests_due(
+        partial(approval_escalate_locked, now=now),
+        limit=limit,
         escalated_at__isnull=True,
         escalate_at__lte=now,
-    ).values_list("pk", "operation_id")[:limit]
-    return due_each(due, escalate)
+    )
 
 
 def run_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:

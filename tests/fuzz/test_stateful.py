@@ -287,11 +287,14 @@ class Ledger(RuleBasedStateMachine):
             body = {"result": result}
             self._ok(self.api.post(f"/api/v1/operations/{op}/compensations", body))
 
-    @rule(approve=st.booleans(), who=st.integers(0, 1))
-    def decide(self, approve, who) -> None:
-        pending = ApprovalRequest.objects.filter(
+    def _pending_request(self) -> ApprovalRequest | None:
+        return ApprovalRequest.objects.filter(
             status="pending", operation__runner=self.api.runner
         ).first()
+
+    @rule(approve=st.booleans(), who=st.integers(0, 1))
+    def decide(self, approve, who) -> None:
+        pending = self._pending_request()
         if pending is None:
             return
         # An expired request or a second decision by the same person is refused.
@@ -305,9 +308,7 @@ class Ledger(RuleBasedStateMachine):
 
     @rule(amount=st.sampled_from([0, 1, 400, 501, 90000]), who=st.integers(0, 1))
     def approve_with_a_changed_amount(self, amount, who) -> None:
-        pending = ApprovalRequest.objects.filter(
-            status="pending", operation__runner=self.api.runner
-        ).first()
+        pending = self._pending_request()
         if pending is None:
             return
         # Refused when not editable there, out of the schema (0), expired or decided.
@@ -326,9 +327,7 @@ class Ledger(RuleBasedStateMachine):
 
     @rule()
     def a_lead_decides_what_was_escalated(self) -> None:
-        pending = ApprovalRequest.objects.filter(
-            status="pending", operation__runner=self.api.runner
-        ).first()
+        pending = self._pending_request()
         if pending is None:
             return
         # Refused unless the request was escalated to the lead's group.
