@@ -1,5 +1,6 @@
 """Session timeouts for the console (docs/security.md, "Console sessions")."""
 
+import time
 from collections.abc import Callable
 
 from django.conf import settings
@@ -9,6 +10,8 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
+
+from operations.metrics import HTTP_REQUEST_DURATION
 
 from . import security
 
@@ -60,3 +63,25 @@ class SessionTimeoutMiddleware:
             elif not _is_background_poll(request):
                 security.session_touch(request.session)
         return self.get_response(request)
+
+
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+
+
+class RequestMetricsMiddleware:
+    """Observes each request's duration by route pattern (``/api/v1/operations/<str:
+    operation_id>``, never the raw path: labels stay few), method and status."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        started = time.perf_counter()
+        response = self.get_response(request)
+        match = getattr(request, "resolver_match", None)
+        route = "/" + match.route if match is not None and match.route else "unmatched"
+        method = request.method if request.method in KNOWN_METHODS else "other"
+        HTTP_REQUEST_DURATION.labels(
+            route=route, method=method, status=str(response.status_code)
+        ).observe(time.perf_counter() - started)
+        return response

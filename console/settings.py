@@ -6,6 +6,7 @@ here, and only here. The defaults run locally with no other server: SQLite under
 README.md lists each variable.
 """
 
+import ipaddress
 import os
 import secrets
 from datetime import timedelta
@@ -77,6 +78,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: it times everything below it (effectgate_http_request_duration_seconds).
+    "console.middleware.RequestMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -289,6 +292,27 @@ for _entry in CELERY_BEAT_SCHEDULE.values():
 # Webhooks to runners (Standard Webhooks). Private, loopback and link-local targets are
 # refused unless listed here (host names or CIDR ranges, comma-separated).
 WEBHOOK_ALLOWED_HOSTS = _env_list("WEBHOOK_ALLOWED_HOSTS")
+
+# GET /metrics (Prometheus): allowed with "Authorization: Bearer <METRICS_TOKEN>" or from
+# an address in METRICS_ALLOWED_HOSTS (IP addresses and CIDR ranges, comma-separated;
+# the address the process sees: behind a proxy, the proxy's). Neither set: nobody.
+METRICS_TOKEN = os.environ.get("METRICS_TOKEN", "")
+METRICS_ALLOWED_HOSTS = _env_list("METRICS_ALLOWED_HOSTS")
+
+
+def _networks(name: str, entries: list[str]) -> list[Any]:
+    networks = []
+    for entry in entries:
+        try:
+            networks.append(ipaddress.ip_network(entry.strip(), strict=False))
+        except ValueError as exc:
+            raise ImproperlyConfigured(
+                f"{name}: {entry!r} is not an IP address or a CIDR range"
+            ) from exc
+    return networks
+
+
+METRICS_ALLOWED_NETWORKS = _networks("METRICS_ALLOWED_HOSTS", METRICS_ALLOWED_HOSTS)
 WEBHOOK_TIMEOUT_S = float(os.environ.get("WEBHOOK_TIMEOUT_S", "10"))
 WEBHOOK_DELIVERY_LEASE_S = int(os.environ.get("WEBHOOK_DELIVERY_LEASE_S", "60"))
 WEBHOOK_RETENTION_DAYS = int(os.environ.get("WEBHOOK_RETENTION_DAYS", "30"))
@@ -342,6 +366,8 @@ CSRF_COOKIE_SAMESITE = "Lax"
 if _env_bool("BEHIND_TLS_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 SECURE_SSL_REDIRECT = _env_bool("SECURE_SSL_REDIRECT", False)
+# Probes and scrapers speak plain HTTP to the process behind the proxy.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "0" if DEBUG else "31536000"))
 SECURE_HSTS_INCLUDE_SUBDOMAINS = _env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", True)
 SECURE_HSTS_PRELOAD = _env_bool("SECURE_HSTS_PRELOAD", True)

@@ -33,6 +33,7 @@ from . import errors, services
 from .contracts import URL_PLACEHOLDER, url_template_problems
 from .egress import HostPolicy, guarded_client
 from .machine import Status
+from .metrics import PROBE_FAILURES, timed_sweep
 from .models import Operation
 
 logger = logging.getLogger(__name__)
@@ -126,6 +127,7 @@ def _claim(op_id: str, due_at: datetime | None, now: datetime) -> bool:
     )
 
 
+@timed_sweep("probes")
 def probe_due(*, now: datetime | None = None, limit: int = 50) -> ProbeReport:
     now = now or timezone.now()
     report = ProbeReport()
@@ -159,6 +161,7 @@ def probe_due(*, now: datetime | None = None, limit: int = 50) -> ProbeReport:
 def _record(op: Operation, answer: Answer, *, actor: Any, report: ProbeReport) -> None:
     if answer.result is None:
         services.operation_probe_failed(operation=op, error=answer.error, actor=actor)
+        PROBE_FAILURES.labels(tool=op.tool_id).inc()
         report.failed += 1
         return
     try:

@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from .crypto import decrypt
 from .egress import HostPolicy, guarded_client
+from .metrics import timed_sweep
 from .models import DeliveryAttempt, OutboxMessage, WebhookEndpoint
 
 logger = logging.getLogger(__name__)
@@ -216,6 +217,7 @@ def deliver(message_id: str, client: httpx.Client) -> str:
     )
 
 
+@timed_sweep("webhook_delivery")
 def deliver_due(*, now: datetime | None = None, limit: int = 100) -> DeliveryReport:
     now = now or timezone.now()
     report = DeliveryReport()

@@ -14,6 +14,7 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest
 
 from ..machine import Status
+from ..metrics import timed_sweep
 from ..models import InboundEvent, Operation, Run
 from .core import (
     Actor,
@@ -31,6 +32,7 @@ logger = logging.getLogger(__name__)
 WAITING = (Status.READY, Status.AWAITING_APPROVAL)
 
 
+@timed_sweep("lease_expiry")
 def lease_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:
     """Treat every expired lease as an ``unknown`` outcome: a claim or outcome that got
     to the operation first wins."""
@@ -48,6 +50,7 @@ def lease_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:
     return due_each(due, expire)
 
 
+@timed_sweep("operation_deadlines")
 def operation_deadline_due(*, now: datetime | None = None, limit: int = 500) -> int:
     """End waiting operations past their deadline."""
     now = now or timezone.now()
@@ -83,12 +86,14 @@ def _requests_due(
     return due_each(pending.values_list("pk", "operation_id")[:limit], step)
 
 
+@timed_sweep("approval_expiry")
 def approval_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:
     """End operations whose approval request expired undecided."""
     now = now or timezone.now()
     return _requests_due(partial(request_expire_locked, now=now), limit=limit, expires_at__lte=now)
 
 
+@timed_sweep("approval_escalation")
 def approval_escalate_due(*, now: datetime | None = None, limit: int = 500) -> int:
     """Offer requests pending past their ``escalate_at`` to their escalation group."""
     now = now or timezone.now()
@@ -100,6 +105,7 @@ def approval_escalate_due(*, now: datetime | None = None, limit: int = 500) -> i
     )
 
 
+@timed_sweep("run_deadlines")
 def run_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:
     """Mark active runs past their deadline as expired."""
     now = now or timezone.now()
@@ -127,6 +133,7 @@ def run_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:
     return due_each(due, expire)
 
 
+@timed_sweep("inbound_events")
 def inbound_apply_pending(*, limit: int = 100) -> int:
     """Apply provider events that were recorded but not applied (``inbound_receive``
     applies at once; this catches the ones whose application failed)."""
