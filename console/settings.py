@@ -293,6 +293,10 @@ for _entry in CELERY_BEAT_SCHEDULE.values():
 # refused unless listed here (host names or CIDR ranges, comma-separated).
 WEBHOOK_ALLOWED_HOSTS = _env_list("WEBHOOK_ALLOWED_HOSTS")
 
+# One heartbeat event per this many heartbeats of an attempt (the first always): the
+# lease lives on the attempt row, and a long call must not grow its history unbounded.
+HEARTBEAT_EVENT_EVERY = max(1, int(os.environ.get("HEARTBEAT_EVENT_EVERY", "10")))
+
 # GET /metrics (Prometheus): allowed with "Authorization: Bearer <METRICS_TOKEN>" or from
 # an address in METRICS_ALLOWED_HOSTS (IP addresses and CIDR ranges, comma-separated;
 # the address the process sees: behind a proxy, the proxy's). Neither set: nobody.

@@ -334,6 +334,9 @@ class Attempt(models.Model):
     claimed_at = models.DateTimeField()
     lease_until = models.DateTimeField()
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # Heartbeats received; one event is written per HEARTBEAT_EVENT_EVERY of them, so a
+    # long call does not grow its operation's history without bound.
+    heartbeats = models.PositiveIntegerField(default=0, db_default=0)
     outcome = models.JSONField(null=True, blank=True, help_text="The outcome body as posted.")
     outcome_code = models.CharField(max_length=64, blank=True, default="")
     closed_at = models.DateTimeField(null=True, blank=True)

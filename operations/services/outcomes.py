@@ -4,6 +4,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
@@ -357,14 +358,22 @@ def attempt_heartbeat(
             raise errors.StaleAttempt(f"Attempt {number} no longer holds a lease.")
         attempt.lease_until = now + timedelta(seconds=lease_s)
         attempt.last_heartbeat_at = now
-        attempt.save(update_fields=["lease_until", "last_heartbeat_at"])
+        attempt.heartbeats += 1
+        attempt.save(update_fields=["lease_until", "last_heartbeat_at", "heartbeats"])
         op.lease_until = attempt.lease_until
         op.save(update_fields=["lease_until", "updated_at"])
-        record(
-            op,
-            kind="heartbeat",
-            actor=Actor.of_runner(runner),
-            now=now,
-            data={"attempt": number, "lease_until": attempt.lease_until},
-        )
+        # The first heartbeat, then one in every HEARTBEAT_EVENT_EVERY: the lease is on
+        # the attempt row; the history says the runner was alive, not each beat.
+        if (attempt.heartbeats - 1) % settings.HEARTBEAT_EVENT_EVERY == 0:
+            record(
+                op,
+                kind="heartbeat",
+                actor=Actor.of_runner(runner),
+                now=now,
+                data={
+                    "attempt": number,
+                    "lease_until": attempt.lease_until,
+                    "heartbeats": attempt.heartbeats,
+                },
+            )
     return attempt
