@@ -276,6 +276,8 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# One beat at a time: it holds a PostgreSQL advisory lock while it runs (console/beat.py).
+CELERY_BEAT_SCHEDULER = "console.beat:LeaderScheduler"
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "expire-leases": {"task": "operations.tasks.expire_leases", "schedule": 2.0},
     "expire-approvals": {"task": "operations.tasks.expire_approvals", "schedule": 5.0},

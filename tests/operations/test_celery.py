@@ -161,7 +161,7 @@ def test_two_workers_and_two_beats_do_the_work_nobody_asks_for(celery, receiver)
     wait_for(settled, 60, workers.logs)
     gated_op = Operation.objects.get(pk=gated["id"])
     assert gated_op.error_code == "approval_expired"
-    # Two beats woke every dispatcher twice as often: still one transition each.
+    # Two beats (one leading, one waiting) and two workers: still one transition each.
     assert leased_events(leased["id"]) == 1
     messages = OutboxMessage.objects.order_by("created_at")
     assert [m.status for m in messages] == ["delivered"] * messages.count()
@@ -170,6 +170,29 @@ def test_two_workers_and_two_beats_do_the_work_nobody_asks_for(celery, receiver)
     verifier = Webhook(endpoint["secret"])
     types = {verifier.verify(r.body, r.headers)["type"] for r in receiver.requests}
     assert {"operation.executing", "operation.outcome_unknown", "operation.rejected"} <= types
+
+
+@pytest.mark.skipif(
+    settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
+    reason="the beat lock is a PostgreSQL advisory lock (the local mode has no beat)",
+)
+def test_only_one_beat_sends_and_the_other_takes_over_when_it_dies(celery, tmp_path):
+    workers = celery()
+    workers.beat("beat-a")
+
+    def log(name: str) -> str:
+        path = tmp_path / f"{name}.log"
+        return path.read_text() if path.exists() else ""
+
+    wait_for(lambda: "Sending due task" in log("beat-a"), 30, workers.logs)
+    assert "holds the beat lock" in log("beat-a")
+    workers.beat("beat-b")
+    wait_for(lambda: "waiting to take over" in log("beat-b"), 30, workers.logs)
+    time.sleep(3)
+    assert "Sending due task" not in log("beat-b")  # a standby sends nothing
+    workers.kill("beat-a")
+    wait_for(lambda: "Sending due task" in log("beat-b"), 30, workers.logs)
+    assert "holds the beat lock" in log("beat-b")
 
 
 def leased_events(op_id: str) -> int:
