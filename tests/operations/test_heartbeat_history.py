@@ -11,9 +11,7 @@ def test_a_long_call_writes_one_heartbeat_event_per_ten(api, settings):
     op = api.register(api.run(), "refund", claim={"lease_s": 30})
     leases = []
     for _ in range(25):
-        response = api.post(
-            f"/api/v1/operations/{op['id']}/attempts/1/heartbeat", {"lease_s": 30}
-        )
+        response = api.post(f"/api/v1/operations/{op['id']}/attempts/1/heartbeat", {"lease_s": 30})
         assert response.status_code == 200, response.json()
         leases.append(response.json()["lease_until"])
     attempt = Attempt.objects.get(operation_id=op["id"])
