@@ -501,6 +501,13 @@ class OutboxMessage(models.Model):
                 condition=Q(status="pending"),
             ),
             models.Index(fields=["created_at"], name="outbox_created"),
+            # The oldest undelivered message (a metrics gauge), without walking the
+            # delivered ones.
+            models.Index(
+                fields=["created_at"],
+                name="outbox_pending_created",
+                condition=Q(status="pending"),
+            ),
         ]
 
     def __str__(self) -> str:

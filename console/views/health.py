@@ -56,7 +56,11 @@ def _broker() -> str | None:
     from kombu import Connection
 
     try:
-        with Connection(settings.CELERY_BROKER_URL, connect_timeout=2) as broker:
+        # Redis reads its socket timeouts from transport_options, not connect_timeout.
+        options = {"socket_connect_timeout": 2, "socket_timeout": 2}
+        with Connection(
+            settings.CELERY_BROKER_URL, connect_timeout=2, transport_options=options
+        ) as broker:
             broker.ensure_connection(max_retries=1, timeout=2)
     except Exception as exc:
         return f"unreachable: {type(exc).__name__}"

@@ -49,6 +49,7 @@ def _settle(
     retry_after_ms: int | None = None,
     result: Any = None,
     downstream_id: str = "",
+    extra: dict[str, Any] | None = None,
 ) -> None:
     """Apply the outcome table (product.md §3) to an executing operation."""
     contract = op.tool_version.contract
@@ -60,7 +61,13 @@ def _settle(
         retryable_codes=retry["retryable_codes"],
     )
     sticky = op.unknown_sticky or (kind == "unknown" and machine.is_write(op.effect_class))
-    data = {"attempt": attempt_number, "kind": kind, "code": code, "verdict": verdict.value}
+    data = {
+        "attempt": attempt_number,
+        "kind": kind,
+        "code": code,
+        "verdict": verdict.value,
+        **(extra or {}),
+    }
     common = {"actor": actor, "now": now, "kind": event_kind, "unknown_sticky": sticky}
     breaker_record_locked(op, succeeded=kind == "succeeded", code=code, now=now)
 
@@ -127,10 +134,14 @@ def _settle(
 def lease_expire_locked(op: Operation, *, actor: Actor, now: datetime) -> None:
     """An expired lease with no outcome is an ``unknown`` outcome (product.md §3)."""
     attempt = current_attempt(op)
+    extra: dict[str, Any] = {}
     if attempt is not None:
         attempt.status = AttemptStatus.LEASE_EXPIRED
         attempt.closed_at = now
         attempt.save(update_fields=["status", "closed_at"])
+        # Heartbeat events are sparse (one per HEARTBEAT_EVENT_EVERY): the expiry says
+        # how far the lease had been extended, and by how many heartbeats.
+        extra = {"lease_until": attempt.lease_until, "heartbeats": attempt.heartbeats}
     _settle(
         op,
         kind="unknown",
@@ -140,6 +151,7 @@ def lease_expire_locked(op: Operation, *, actor: Actor, now: datetime) -> None:
         now=now,
         event_kind="lease_expired",
         attempt_number=op.attempts,
+        extra=extra,
     )
 
 

@@ -1,7 +1,7 @@
 """The restore drill: a ledger with work in every state is backed up with pg_dump,
 restored into a fresh database, verified with ``audit verify``, and its runner resumes
 against a server on the restored database: replays answer the same operations, unknown
-outcomes are still unknown, and nothing runs twice (docs/operations.md, Backups)."""
+outcomes are still unknown, and nothing runs twice (docs/deployment.md, Backups)."""
 
 import os
 import re
