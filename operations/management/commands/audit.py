@@ -17,12 +17,14 @@ now are not half in it), after checking that every chain verifies.
 """
 
 from datetime import timedelta
+from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from operations.audit import Anchor, chains_verify, state_verify
 from operations.models import Event
+from operations.services.archive import ArchiveError, archive_recorded, archive_verify_file
 
 DEFAULT_LAG_S = 600
 
@@ -52,6 +54,14 @@ class Command(BaseCommand):
             "--expect",
             metavar="ANCHOR",
             help="An anchor printed earlier by 'audit anchor' and kept outside the database.",
+        )
+        verify.add_argument(
+            "--archive",
+            action="append",
+            default=[],
+            metavar="FILE",
+            help="An archive file written by 'archive': its chains are recomputed and it "
+            "must be the one an 'archived' event of the live ledger records.",
         )
         anchor = sub.add_parser("anchor", help="Print an anchor of the chains to keep elsewhere.")
         anchor.add_argument(
@@ -132,6 +142,23 @@ class Command(BaseCommand):
                 failures.append(f"No event explains {first_unexplained.describe()}.")
             else:
                 self.stdout.write("Every state row follows from the events.")
+
+        for archive in options["archive"]:
+            try:
+                summary = archive_verify_file(Path(archive))
+            except (ArchiveError, OSError, ValueError, KeyError) as exc:
+                failures.append(f"The archive {archive} does not verify: {exc}")
+                continue
+            if archive_recorded(summary):
+                self.stdout.write(
+                    f"The archive {archive} verifies: {summary.operations} operations, "
+                    f"{summary.events} events, recorded by an archived event."
+                )
+            else:
+                failures.append(
+                    f"No archived event of the live ledger records {archive} "
+                    f"(sha256 {summary.file_sha256})."
+                )
 
         if failures:
             raise CommandError(" ".join(failures))
