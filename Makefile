@@ -86,9 +86,10 @@ sweep: $(STAMP)
 # set (a database of its own, effectgate_chaos), else SQLite. bench: the lifecycle
 # through the API against its essential statements, claim contention, intent hashing,
 # pages and sweeps at SIZES (PostgreSQL); BENCH_ARGS='--only lifecycle' for the first
-# alone (about a minute). bench-decide: keystrokes and seconds of one and ten approvals
+# alone (about a minute). soak: processes killed at random (docs/operations.md).
+# bench-decide: keystrokes and seconds of one and ten approvals
 # from the keyboard, before and after the console's keys (chromium, a fresh database).
-.PHONY: chaos bench bench-decide
+.PHONY: chaos bench bench-decide soak
 chaos: $(STAMP)
 	$(PY) -m bench.chaos --n $(or $(N),2000) $(CHAOS_ARGS)
 
@@ -97,3 +98,8 @@ bench: $(STAMP)
 
 bench-decide: $(STAMP) $(CHROMIUM)
 	$(PY) -m bench.decide_speed
+
+# soak: three gunicorn, two Celery workers and two beats on PostgreSQL and Redis, one of
+# each killed at random and restarted, under the chaos workload for MINUTES (default 2).
+soak: $(STAMP)
+	$(PY) -m bench.soak --minutes $(or $(MINUTES),2)
