@@ -278,6 +278,26 @@ def run_naive(
 # --- the Effectgate runner ----------------------------------------------------------------
 
 
+def provider_refund(http: httpx.Client, provider: FakeProvider) -> Callable[[Any], Succeeded]:
+    """The tool function of the Effectgate runner: one refund at the provider with the
+    operation's idempotency key, its answer classified as an outcome."""
+
+    def refund(ctx: Any) -> Succeeded:
+        ref = ctx.arguments["payment_id"]
+        try:
+            response = call_provider(http, provider.url, ref, ctx.idempotency_key)
+        except httpx.HTTPError as exc:
+            raise outcome_from_httpx_error(exc) from exc
+        if response.status_code == 503:
+            raise Failed("provider_unavailable", "503: not processed")
+        if response.status_code != 200:
+            raise Failed(f"http_{response.status_code}", response.text[:200])
+        refund_id = response.json()["id"]
+        return Succeeded(result={"refund": refund_id}, downstream_id=refund_id)
+
+    return refund
+
+
 def run_effectgate(
     base_url: str,
     token: str,
@@ -310,19 +330,7 @@ def run_effectgate(
             waiter=PollingWaiter(initial_s=0.2, max_s=1.0),
         )
         http = httpx.Client(timeout=timeout_s)
-
-        def refund(ctx: Any) -> Succeeded:
-            ref = ctx.arguments["payment_id"]
-            try:
-                response = call_provider(http, provider.url, ref, ctx.idempotency_key)
-            except httpx.HTTPError as exc:
-                raise outcome_from_httpx_error(exc) from exc
-            if response.status_code == 503:
-                raise Failed("provider_unavailable", "503: not processed")
-            if response.status_code != 200:
-                raise Failed(f"http_{response.status_code}", response.text[:200])
-            refund_id = response.json()["id"]
-            return Succeeded(result={"refund": refund_id}, downstream_id=refund_id)
+        refund = provider_refund(http, provider)
 
         def job(ref: str) -> str:
             try:

@@ -45,12 +45,9 @@ import httpx
 from effectgate_client import (
     EffectgateClient,
     EffectgateError,
-    Failed,
     OutcomeNotRecorded,
     PollingWaiter,
     Runner,
-    Succeeded,
-    outcome_from_httpx_error,
 )
 
 from .fake_provider import FakeProvider
@@ -60,8 +57,8 @@ from .harness import (
     TOOL,
     account_effectgate,
     amount_cents,
-    call_provider,
     effectgate_ledger,
+    provider_refund,
     refund_contract,
     run_jobs,
     settle,
@@ -264,19 +261,7 @@ def _workload(
             waiter=PollingWaiter(initial_s=0.2, max_s=1.0),
         )
         http = httpx.Client(timeout=1.0)
-
-        def refund(ctx: Any) -> Succeeded:
-            ref = ctx.arguments["payment_id"]
-            try:
-                response = call_provider(http, provider.url, ref, ctx.idempotency_key)
-            except httpx.HTTPError as exc:
-                raise outcome_from_httpx_error(exc) from exc
-            if response.status_code == 503:
-                raise Failed("provider_unavailable", "503: not processed")
-            if response.status_code != 200:
-                raise Failed(f"http_{response.status_code}", response.text[:200])
-            refund_id = response.json()["id"]
-            return Succeeded(result={"refund": refund_id}, downstream_id=refund_id)
+        refund = provider_refund(http, provider)
 
         def job(ref: str) -> str:
             index = int(ref.rsplit("_", 1)[1])
