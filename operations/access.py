@@ -11,6 +11,8 @@ group's) counts for every tool. Superusers hold every permission, but no rule he
 exempts them from separation of duties.
 """
 
+import hmac
+import ipaddress
 import unicodedata
 from collections.abc import Sequence
 from typing import Any
@@ -318,6 +320,20 @@ def people_holding(perm: str, tool: Tool) -> list[Any]:
     )
     people = {user.pk: user for user in [*direct, *global_holders]}
     return [user for user in people.values() if user.is_active]
+
+
+def may_scrape_metrics(*, authorization: str, address: str) -> bool:
+    """Whether a scraper may read ``/metrics``: it sends ``Authorization: Bearer
+    <METRICS_TOKEN>``, or connects from an address in ``METRICS_ALLOWED_HOSTS`` (IP
+    addresses and CIDR ranges). Neither configured: nobody."""
+    token = settings.METRICS_TOKEN
+    if token and authorization.startswith("Bearer "):
+        return hmac.compare_digest(authorization.removeprefix("Bearer ").encode(), token.encode())
+    try:
+        client = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(client in network for network in settings.METRICS_ALLOWED_NETWORKS)
 
 
 def sees_everything(user: Any) -> bool:

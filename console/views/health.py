@@ -1,8 +1,6 @@
 """What operators and their tools ask of a running process: is it alive (``/healthz``),
 may it take traffic (``/readyz``), and its metrics (``/metrics``, Prometheus text)."""
 
-import hmac
-import ipaddress
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +17,7 @@ from prometheus_client import REGISTRY as PROCESS_REGISTRY
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from operations import access
 from operations.selectors import metrics as ledger
 
 # Set once the schema is found migrated: a process never goes back to an older schema.
@@ -83,20 +82,6 @@ def readyz(request: HttpRequest) -> HttpResponse:
     return JsonResponse(body, status=503 if failing else 200)
 
 
-def _client_allowed(request: HttpRequest) -> bool:
-    """A metrics token (``Authorization: Bearer``), or a client address inside
-    ``METRICS_ALLOWED_HOSTS`` (IP addresses and CIDR ranges)."""
-    token = settings.METRICS_TOKEN
-    header = request.headers.get("Authorization", "")
-    if token and header.startswith("Bearer "):
-        return hmac.compare_digest(header.removeprefix("Bearer ").encode(), token.encode())
-    try:
-        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR", ""))
-    except ValueError:
-        return False
-    return any(address in network for network in settings.METRICS_ALLOWED_NETWORKS)
-
-
 class _LedgerCollector:
     """The ledger's gauges, read when scraped."""
 
@@ -157,7 +142,10 @@ class _LedgerCollector:
 @require_GET
 @never_cache
 def metrics(request: HttpRequest) -> HttpResponse:
-    if not _client_allowed(request):
+    if not access.may_scrape_metrics(
+        authorization=request.headers.get("Authorization", ""),
+        address=request.META.get("REMOTE_ADDR", ""),
+    ):
         return HttpResponse(
             "Metrics need a metrics token or an allowed address.\n",
             status=403,
