@@ -5,17 +5,17 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed-$(shell cksum pyproject.toml | cut -d' ' -f1)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml client/pyproject.toml | cksum | cut -d' ' -f1)
 AXE_STAMP := node_modules/.installed-$(shell cksum package-lock.json | cut -d' ' -f1)
 CHROMIUM := /usr/bin/chromium
 PORT ?= 8000
 
 .PHONY: run test check lint format sweep
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml client/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e './client[mcp,openai-agents,langgraph]' -e '.[dev]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -16,8 +16,16 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("EFFECTGATE_VAR_DIR", BASE_DIR / "var"))
+# console/ holds the templates and static files (package data of the wheel).
+PACKAGE_DIR = Path(__file__).resolve().parent
+BASE_DIR = PACKAGE_DIR.parent
+# Local state (the SQLite database, the generated secret key, collected static files): in
+# a checkout, var/ beside manage.py; installed from the wheel, var/ in the folder the
+# `effectgate` command runs from. EFFECTGATE_VAR_DIR puts it anywhere.
+_IN_CHECKOUT = (BASE_DIR / "manage.py").is_file()
+VAR_DIR = Path(
+    os.environ.get("EFFECTGATE_VAR_DIR") or ((BASE_DIR if _IN_CHECKOUT else Path.cwd()) / "var")
+)
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -104,7 +112,8 @@ ASGI_APPLICATION = "console.asgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        # First, so that our drf_spectacular templates replace the package's own.
+        "DIRS": [PACKAGE_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -203,7 +212,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+# console/static is found as the console app's static folder.
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "staticfiles"))
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

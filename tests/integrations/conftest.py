@@ -5,11 +5,9 @@ supervised streamable-HTTP upstream that is restarted when it dies."""
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import threading
-import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import make_runner
+from tests.support.net import free_port, wait_for_port
 
 UPSTREAM = Path(__file__).with_name("mcp_upstream.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -151,28 +150,9 @@ def mcp_config(tmp_path, mcp_effectgate, mcp_ledger):
     return make
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture
 def mcp_free_port():
     return free_port
-
-
-def wait_for_port(port: int, timeout_s: float = 15.0, process=None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process is not None and process.poll() is not None:
-            raise RuntimeError(f"process exited with {process.returncode} before listening")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listens on port {port}")
 
 
 class SupervisedUpstream:
