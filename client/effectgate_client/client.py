@@ -26,18 +26,22 @@ from __future__ import annotations
 import logging
 import random
 import time
+import warnings
 from collections import Counter
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote
 
 import httpx
 
 from .errors import (
+    ContractNotActive,
+    ContractNotActiveWarning,
     NotCompensating,
     NotUnknown,
     ProblemError,
     TransportError,
+    inactive_contract_message,
     problem_from_response,
 )
 
@@ -154,8 +158,24 @@ class EffectgateClient:
 
     # --- tools and runs -----------------------------------------------------------------
 
-    def put_tool(self, name: str, contract: dict[str, Any]) -> dict[str, Any]:
-        return self.request("PUT", f"/tools/{_segment(name)}", json=contract)
+    def put_tool(
+        self, name: str, contract: dict[str, Any], *, inactive: Literal["raise", "warn"] = "raise"
+    ) -> dict[str, Any]:
+        """Register a contract (``PUT /tools/{name}``) and return the answer.
+
+        A version Effectgate stores but does not activate (``active: false``: it weakens
+        the active one, ``weakens`` says how) raises ``ContractNotActive``, because the
+        calls that follow would silently run under the old contract. ``inactive="warn"``
+        warns with ``ContractNotActiveWarning`` and returns the answer instead.
+        """
+        if inactive not in ("raise", "warn"):
+            raise ValueError(f"inactive must be 'raise' or 'warn', not {inactive!r}")
+        answer = self.request("PUT", f"/tools/{_segment(name)}", json=contract)
+        if answer.get("active") is False:
+            if inactive == "raise":
+                raise ContractNotActive(answer)
+            warnings.warn(inactive_contract_message(answer), ContractNotActiveWarning, stacklevel=2)
+        return answer
 
     def get_tool(self, name: str) -> dict[str, Any]:
         return self.request("GET", f"/tools/{_segment(name)}")

@@ -51,6 +51,46 @@ class OutcomeNotRecorded(TransportError):
         self.outcome = outcome
 
 
+class ContractNotActive(EffectgateError):
+    """``put_tool`` stored the contract as a version that is not active.
+
+    A new version that does not provably protect at least as much as the active one (it
+    *weakens* it) waits for a person to activate it; until then operations keep running
+    under the active version. ``answer`` is the whole answer of ``PUT /tools/{name}``;
+    ``weakens`` its reasons. ``put_tool(..., inactive="warn")`` warns with
+    ``ContractNotActiveWarning`` instead and returns the answer.
+    """
+
+    def __init__(self, answer: dict[str, Any]) -> None:
+        self.answer = answer
+        self.tool = str(answer.get("name"))
+        self.version = answer.get("version")
+        self.active_version = answer.get("active_version")
+        self.weakens: list[str] = list(answer.get("weakens") or [])
+        super().__init__(inactive_contract_message(answer))
+
+
+class ContractNotActiveWarning(UserWarning):
+    """The warning of ``put_tool(..., inactive="warn")`` (see ``ContractNotActive``)."""
+
+
+def inactive_contract_message(answer: dict[str, Any]) -> str:
+    """What a stored-but-inactive contract version means, and what a person must do."""
+    reasons = "; ".join(answer.get("weakens") or []) or "no reason given"
+    active = answer.get("active_version")
+    now = (
+        f"until then operations run under version {active}"
+        if active is not None
+        else "until then the tool has no active version and operations of it are refused"
+    )
+    return (
+        f"Effectgate stored version {answer.get('version')} of {answer.get('name')} but did "
+        f"not activate it: it weakens the active version ({reasons}). A person allowed to "
+        "activate the tool, who does not own this runner, must review it and press Activate "
+        f"on the tool's console page (Tools, {answer.get('name')}, Versions); {now}."
+    )
+
+
 class UnexpectedResponse(EffectgateError):
     """An answer that is neither success nor a problem document (e.g. a proxy's page)."""
 

@@ -728,11 +728,12 @@ def test_a_weaker_contract_is_stored_inactive_with_a_warning(mcp_config, mcp_eff
     assert first.returncode == 0, first.stderr
     weaker = _start(mcp_config(), env=env)  # rules instead of always
     assert weaker.returncode == 0, weaker.stderr
-    warning = [line for line in weaker.stderr.splitlines() if "INACTIVE" in line]
+    warning = [line for line in weaker.stderr.splitlines() if "did not activate" in line]
     assert len(warning) == 1, weaker.stderr
     print(f"\n[mcp-gateway] weaker contract: {warning[0]}")
-    assert "send_refund (version 2)" in warning[0]
+    assert "version 2 of send_refund" in warning[0]
     assert "approval mode" in warning[0]
+    assert "operations run under version 1" in warning[0]
     assert Tool.objects.get(pk="send_refund").active_version.number == 1
     assert mcp_effectgate.token not in first.stderr + weaker.stderr
 

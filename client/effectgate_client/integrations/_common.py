@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextvars
 import hashlib
 import json
-import warnings
 from typing import Any
 
 from ..errors import EffectgateError, ProblemError, TransportError
@@ -25,18 +24,11 @@ def current_attempt() -> AttemptContext | None:
 
 def register_contract(runner: Runner, name: str, contract: dict[str, Any] | None) -> None:
     """``PUT /tools/{name}``; a version stored inactive (it weakens the active one)
-    runs under the old contract until a person activates it, so say so loudly."""
+    runs under the old contract until a person activates it, so warn loudly
+    (``ContractNotActiveWarning``) rather than stop the agent."""
     if contract is None:
         return
-    answer = runner.client.put_tool(name, contract)
-    if answer.get("active") is False:
-        reasons = "; ".join(answer.get("weakens") or []) or "no reason given"
-        warnings.warn(
-            f"Effectgate stored the new contract of {name} inactive ({reasons}): calls "
-            "run under the active version until a person with the activate permission "
-            "activates it on the tool's console page.",
-            stacklevel=3,
-        )
+    runner.client.put_tool(name, contract, inactive="warn")
 
 
 def derived_key(*parts: Any) -> str:

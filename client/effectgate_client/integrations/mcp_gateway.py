@@ -117,6 +117,7 @@ import anyio.to_thread
 
 from ..client import EffectgateClient
 from ..errors import (
+    ContractNotActive,
     EffectgateError,
     NotAuthenticated,
     OutcomeNotRecorded,
@@ -272,6 +273,10 @@ class Gateway:
     def _register(self, route: Route) -> None:
         try:
             answer = self.client.put_tool(route.name, route.contract)
+        except ContractNotActive as exc:
+            # Stored, not active: the gateway still starts, and says so loudly.
+            logger.warning("%s", exc)
+            return
         except NotAuthenticated:
             raise StartupError(
                 f"Effectgate at {self.config.url} refused the token in ${self.config.token_env} "
@@ -289,25 +294,13 @@ class Gateway:
             raise StartupError(
                 f"Effectgate at {self.config.url} could not be reached: {_one_line(str(exc))}"
             ) from None
-        if answer.get("active") is False:
-            logger.warning(
-                "the contract of %s (version %s) was stored INACTIVE: it weakens the active "
-                "version %s (%s). A person must activate it in the console; until then "
-                "calls run under version %s.",
-                route.name,
-                answer.get("version"),
-                answer.get("active_version"),
-                "; ".join(answer.get("weakens") or []) or "no reason given",
-                answer.get("active_version"),
-            )
-        else:
-            logger.info(
-                "exposing %s from upstream %s (%s, contract version %s)",
-                route.name,
-                route.link.name,
-                route.contract["effect_class"],
-                answer.get("version"),
-            )
+        logger.info(
+            "exposing %s from upstream %s (%s, contract version %s)",
+            route.name,
+            route.link.name,
+            route.contract["effect_class"],
+            answer.get("version"),
+        )
 
     # --- MCP handlers ---------------------------------------------------------------------
 

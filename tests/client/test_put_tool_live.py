@@ -1,0 +1,67 @@
+"""``put_tool`` against a live Effectgate: a contract stored but not activated (it
+weakens the active one) raises by default, or warns with ``inactive="warn"``; either
+way nothing runs under the new contract until a person activates it."""
+
+import warnings
+
+import pytest
+
+from effectgate_client import ContractNotActive, ContractNotActiveWarning, EffectgateClient
+from operations.models import Tool
+from tests.conftest import contract, make_runner
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+STRICT = contract("irreversible", approval={"mode": "always"})
+WEAKER = contract(
+    "irreversible",
+    approval={"mode": "rules", "rules": [{"path": "/amount_cents", "op": "gt", "value": 50000}]},
+)
+
+
+@pytest.fixture
+def client(live_server):
+    return EffectgateClient(live_server.url, make_runner().token)
+
+
+def test_a_weakening_contract_raises_naming_the_reasons_and_what_to_do(client):
+    first = client.put_tool("refund", STRICT)
+    assert (first["version"], first["active"]) == (1, True)
+
+    with pytest.raises(ContractNotActive) as raised:
+        client.put_tool("refund", WEAKER)
+
+    error = raised.value
+    assert (error.tool, error.version, error.active_version) == ("refund", 2, 1)
+    assert error.weakens, "the reasons travel with the exception"
+    assert any("approval" in reason for reason in error.weakens), error.weakens
+    message = str(error)
+    for reason in error.weakens:
+        assert reason in message
+    assert "press Activate on the tool's console page" in message
+    assert "operations run under version 1" in message
+    assert error.answer["active"] is False
+    assert Tool.objects.get(pk="refund").active_version.number == 1
+
+
+def test_the_warn_switch_warns_and_returns_the_answer(client):
+    client.put_tool("refund", STRICT)
+    with pytest.warns(ContractNotActiveWarning, match="did not activate") as caught:
+        answer = client.put_tool("refund", WEAKER, inactive="warn")
+    assert (answer["version"], answer["active"]) == (2, False)
+    assert caught[0].filename == __file__, "the warning points at the caller"
+
+
+def test_an_activated_or_unchanged_contract_neither_raises_nor_warns(client):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert client.put_tool("refund", WEAKER)["active"] is True
+        stronger = client.put_tool("refund", STRICT)  # provably stronger: activates itself
+        assert (stronger["version"], stronger["active"]) == (2, True)
+        assert client.put_tool("refund", STRICT)["version"] == 2  # unchanged: same version
+
+
+def test_the_switch_takes_only_its_two_values(client):
+    with pytest.raises(ValueError, match="'raise' or 'warn'"):
+        client.put_tool("refund", STRICT, inactive="ignore")
+    assert not Tool.objects.filter(pk="refund").exists(), "refused before any request"
