@@ -8,6 +8,7 @@ from django.utils import timezone
 
 from approvals import selectors as approval_selectors
 from approvals import services as approval_services
+from approvals.models import ApprovalRequest
 
 from .. import access, errors, machine
 from ..machine import Status
@@ -42,6 +43,24 @@ def attempt_claim(*, operation: Operation, runner: Runner, lease_s: int) -> Atte
     return raise_after_commit(result)
 
 
+# How soon a runner refused with approval_required may usefully ask again. A person takes
+# seconds to hours, so this is a polling pace, never past the request's expiry (which
+# ends the wait too); an approval.decided webhook makes polling unnecessary.
+APPROVAL_POLL_MS = 5000
+
+
+def _approval_required(op: Operation, *, now: datetime) -> errors.ApprovalRequired:
+    request = approval_selectors.request_latest(op)
+    if request is None or request.status != ApprovalRequest.RequestStatus.PENDING:
+        return errors.ApprovalRequired(retry_after_ms=APPROVAL_POLL_MS)
+    return errors.ApprovalRequired(
+        f"Approval request {request.id} waits for a decision until {iso(request.expires_at)}.",
+        retry_after_ms=min(APPROVAL_POLL_MS, retry_after_ms(request.expires_at, now)),
+        approval=request.id,
+        expires_at=iso(request.expires_at),
+    )
+
+
 def claim_locked(
     op: Operation, *, runner: Runner, lease_s: int, now: datetime
 ) -> Attempt | errors.DomainError:
@@ -66,7 +85,7 @@ def claim_locked(
     if op.status == Status.COMPENSATING:
         return errors.CompensationRequired()
     if op.status == Status.AWAITING_APPROVAL:
-        return errors.ApprovalRequired()
+        return _approval_required(op, now=now)
     if not access.runner_may_invoke(runner, op.tool):
         return errors.ToolForbidden(f"Runner {runner.name} may not invoke {op.tool_id}.")
 

@@ -40,6 +40,28 @@ def test_claim_while_awaiting_approval(api):
     assert api.claim(op["id"], expect=409)["code"] == "approval_required"
 
 
+def test_approval_required_says_when_to_ask_again_and_which_request_waits(api):
+    api.tool("t", contract("irreversible", approval={"mode": "always", "request_ttl_s": 3}))
+    op = api.register(api.run(), "t")
+    answer = api.post(f"/api/v1/operations/{op['id']}/attempts", {"lease_s": 30})
+    body = answer.json()
+    assert (answer.status_code, body["code"]) == (409, "approval_required")
+    # Polling pace, but never past the request's expiry (3 s here).
+    assert 2000 < body["retry_after_ms"] <= 3001
+    assert answer.headers["Retry-After"] == "3"
+    assert body["approval"] == op["approval"]["id"]
+    assert body["expires_at"] == op["approval"]["expires_at"]
+    assert op["approval"]["id"] in body["detail"]
+
+
+def test_approval_required_polls_at_most_every_five_seconds(api):
+    api.tool("t", contract("irreversible", approval={"mode": "always"}))
+    op = api.register(api.run(), "t")
+    answer = api.post(f"/api/v1/operations/{op['id']}/attempts", {"lease_s": 30})
+    assert answer.json()["retry_after_ms"] == 5000
+    assert answer.headers["Retry-After"] == "5"
+
+
 def test_runner_may_ask_for_approval_the_policy_would_not(api):
     api.tool("t", contract("idempotent", approval={"mode": "never"}))
     op = api.register(api.run(), "t", approval={"require": True, "reason": "the agent is unsure"})
