@@ -1,0 +1,287 @@
+"""docs/api.md keeps up with the server.
+
+A newcomer integrates from docs/api.md (and docs/client.md) alone, so these fail when
+the server grows something the reference does not name: an endpoint of the OpenAPI
+document, a problem ``code``, a webhook event type. They also keep the docs
+self-contained (no reference to documents outside the repository) and every ```json
+block parseable. Each failure names what is missing and where to add it.
+"""
+
+import ast
+import inspect
+import json
+import re
+from pathlib import Path
+
+import pytest
+from drf_spectacular.generators import SchemaGenerator
+
+from approvals import errors as approval_errors
+from approvals.errors import Refusal
+from operations import errors as operation_errors
+from operations import problems, serializers
+from operations.machine import Status
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+API_MD = DOCS / "api.md"
+API_PREFIX = "/api/v1"
+HTTP_METHODS = ("get", "put", "post", "patch", "delete")
+
+# Inline code spans: `POST /operations`, `retry_later`.
+CODE_SPAN = re.compile(r"`([^`\n]+)`")
+# A span that names an endpoint: the method in capitals, one space, the path.
+ENDPOINT_SPAN = re.compile(r"^(GET|PUT|POST|PATCH|DELETE) (/\S*)$")
+# References to documents that are not in the repository.
+OUTSIDE_REFERENCE = re.compile(r"product\.md|\bof the design\b", re.IGNORECASE)
+FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
+
+
+def _spans(text: str) -> set[str]:
+    return set(CODE_SPAN.findall(text))
+
+
+def _api_text() -> str:
+    return API_MD.read_text(encoding="utf-8")
+
+
+def _section(text: str, heading: str) -> str:
+    """The text of the ``## heading`` section, up to the next second-level heading."""
+    lines = text.splitlines()
+    try:
+        start = lines.index(f"## {heading}")
+    except ValueError:
+        pytest.fail(f"docs/api.md has no '## {heading}' section")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def _python_files(*packages: str) -> list[Path]:
+    return sorted(
+        path
+        for package in packages
+        for path in (ROOT / package).rglob("*.py")
+        if "migrations" not in path.parts
+    )
+
+
+def _tree(path: Path) -> ast.AST:
+    return ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+
+
+def _string(node: ast.AST | None) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+# --- endpoints ---------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def openapi_endpoints() -> set[str]:
+    """Every endpoint of the OpenAPI document, as docs/api.md writes it:
+    ``POST /operations/{operation_id}/attempts``."""
+    schema = SchemaGenerator().get_schema(request=None, public=True)
+    endpoints = set()
+    for path, item in schema["paths"].items():
+        assert path.startswith(API_PREFIX + "/"), path
+        for method in item:
+            if method in HTTP_METHODS:
+                endpoints.add(f"{method.upper()} {path.removeprefix(API_PREFIX)}")
+    assert endpoints, "the OpenAPI document lists no endpoint"
+    return endpoints
+
+
+def test_every_endpoint_of_the_openapi_document_is_documented(openapi_endpoints):
+    spans = _spans(_api_text())
+    missing = sorted(openapi_endpoints - spans)
+    assert not missing, (
+        "docs/api.md does not document these endpoints of the OpenAPI document (write each "
+        "as a code span, e.g. `POST /operations/{operation_id}/attempts`, with its body, "
+        "answers and refusals):\n  " + "\n  ".join(missing)
+    )
+
+
+def test_every_documented_endpoint_exists(openapi_endpoints):
+    # A query string is documentation (`GET /operations?status=&run=`), not the path.
+    documented = {
+        span.partition("?")[0] for span in _spans(_api_text()) if ENDPOINT_SPAN.match(span)
+    }
+    unknown = sorted(documented - openapi_endpoints)
+    assert not unknown, (
+        "docs/api.md names endpoints the server does not have (a removed endpoint, or a "
+        "path parameter spelt otherwise than in the OpenAPI document):\n  " + "\n  ".join(unknown)
+    )
+
+
+# --- problem codes -----------------------------------------------------------------------
+
+
+def _refusal_codes() -> set[str]:
+    """The ``code`` of every typed refusal the services and approvals raise."""
+    codes = set()
+    for module in (operation_errors, approval_errors):
+        for value in vars(module).values():
+            if inspect.isclass(value) and issubclass(value, Refusal):
+                codes.add(value.code)
+    return codes
+
+
+def _literal_codes(path: Path) -> set[str]:
+    """Codes written as literals in the HTTP layer: ``problem(404, "not_found", ...)``,
+    ``code="..."``, ``{"code": "..."}`` and the fallback of ``next(..., "...")``."""
+    codes = set()
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.Call):
+            name = node.func.id if isinstance(node.func, ast.Name) else None
+            if name == "problem" and len(node.args) > 1 and (code := _string(node.args[1])):
+                codes.add(code)
+            if name == "next" and len(node.args) == 2 and (code := _string(node.args[1])):
+                codes.add(code)
+            for keyword in node.keywords:
+                if keyword.arg == "code" and (code := _string(keyword.value)):
+                    codes.add(code)
+        elif isinstance(node, ast.Dict):
+            for key, value in zip(node.keys, node.values, strict=True):
+                if _string(key) == "code" and (code := _string(value)):
+                    codes.add(code)
+    return codes
+
+
+def _server_problem_codes() -> set[str]:
+    codes = _refusal_codes()
+    codes |= {code for _, code in problems._DRF_CODES}
+    for module in (problems, operation_errors):
+        codes |= _literal_codes(Path(inspect.getfile(module)))
+    codes |= _literal_codes(ROOT / "operations" / "api.py")
+    return codes
+
+
+def test_every_problem_code_is_documented():
+    codes = _server_problem_codes()
+    # The collection itself must keep working: these come from each source above.
+    assert {"stale_attempt", "decision_refused", "not_acceptable", "internal_error"} <= codes
+    spans = _spans(_api_text())
+    missing = sorted(codes - spans)
+    assert not missing, (
+        "docs/api.md names no problem with these codes (add each, as a code span, to the "
+        "table in 'Errors' and to the refusals of the endpoints that answer it):\n  "
+        + "\n  ".join(missing)
+    )
+
+
+# --- webhook event types -----------------------------------------------------------------
+
+
+def _server_event_types() -> set[str]:
+    """Every webhook event type the outbox can be given: the subscribable list, one
+    ``operation.<status>`` per status, and every literal ``event_type="..."`` in the
+    server's code (``approval.escalated`` is sent but not in the list)."""
+    types = set(serializers.EVENT_TYPES)
+    types |= {f"operation.{status.value}" for status in Status}
+    for path in _python_files("operations", "approvals"):
+        for node in ast.walk(_tree(path)):
+            is_event_type = isinstance(node, ast.keyword) and node.arg == "event_type"
+            if is_event_type and (value := _string(node.value)) is not None:
+                types.add(value)
+    return types
+
+
+def test_every_webhook_event_type_is_documented():
+    types = _server_event_types()
+    assert {"approval.decided", "approval.escalated", "operation.superseded"} <= types
+    section = _spans(_section(_api_text(), "Webhooks"))
+    missing = sorted(types - section)
+    assert not missing, (
+        "the Webhooks section of docs/api.md does not document these event types (name "
+        "each as a code span and say what its `data` carries):\n  " + "\n  ".join(missing)
+    )
+
+
+# --- the docs stand on their own ---------------------------------------------------------
+
+
+def _doc_files() -> list[Path]:
+    return [*sorted(DOCS.rglob("*.md")), ROOT / "README.md"]
+
+
+def test_docs_refer_to_nothing_outside_the_repository():
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in _doc_files()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if OUTSIDE_REFERENCE.search(line)
+    ]
+    assert not found, (
+        "these lines refer to documents that are not in the repository (say it here, or "
+        "link to the section of the docs that does):\n  " + "\n  ".join(found)
+    )
+
+
+def _fenced_blocks(text: str) -> list[tuple[int, str, str]]:
+    """``(line of the opening fence, info word, content)`` of every fenced code block;
+    the content loses the opening fence's indentation (blocks inside list items)."""
+    blocks = []
+    lines = text.splitlines()
+    index = 0
+    while index < len(lines):
+        match = FENCE.match(lines[index])
+        if match is None:
+            index += 1
+            continue
+        indent, fence = match["indent"], match["fence"]
+        info = match["info"].strip().split(maxsplit=1)
+        start, body = index + 1, []
+        index += 1
+        while index < len(lines):
+            closing = lines[index].strip()
+            if closing.startswith(fence[0] * len(fence)) and not closing.strip(fence[0]):
+                break
+            line = lines[index]
+            body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
+            index += 1
+        blocks.append((start, info[0].lower() if info else "", "\n".join(body)))
+        index += 1
+    return blocks
+
+
+def _json_problem(content: str) -> str | None:
+    """None when the block is JSON as it stands, or the members of an object (wrapped in
+    braces); otherwise what the parser says."""
+    try:
+        json.loads(content)
+        return None
+    except ValueError as error:
+        first = error
+    try:
+        json.loads("{" + content + "}")
+        return None
+    except ValueError as error:
+        return f"as it stands: {first}; wrapped in braces: {error}"
+
+
+def test_fenced_block_parser_finds_blocks():
+    text = 'x\n```json\n{"a": 1}\n```\n- item\n\n  ```json\n  "b": 2\n  ```\n```text\n...\n```\n'
+    assert _fenced_blocks(text) == [
+        (2, "json", '{"a": 1}'),
+        (7, "json", '"b": 2'),
+        (10, "text", "..."),
+    ]
+
+
+def test_every_json_block_parses():
+    found = []
+    checked = 0
+    for path in _doc_files():
+        for line, info, content in _fenced_blocks(path.read_text(encoding="utf-8")):
+            if info != "json":
+                continue
+            checked += 1
+            if (error := _json_problem(content)) is not None:
+                found.append(f"{path.relative_to(ROOT)}:{line}: {error}")
+    assert checked, "no ```json block found: the fence parser is broken"
+    assert not found, (
+        "these ```json blocks are not JSON, as they stand or wrapped in braces (no comments "
+        "and no ... placeholders; use ```text for a schematic block):\n  " + "\n  ".join(found)
+    )
