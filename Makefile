@@ -8,6 +8,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml client/pyproject.toml | cksum | cut -d' ' -f1)
 AXE_STAMP := node_modules/.installed-$(shell cksum package-lock.json | cut -d' ' -f1)
 CHROMIUM := /usr/bin/chromium
+# The README's curl example reads answers with jq; the doc tests run it.
+JQ := /usr/bin/jq
 PORT ?= 8000
 
 .PHONY: run test check lint format sweep
@@ -55,9 +57,19 @@ $(CHROMIUM):
 	        "the browser tests will fail. Install it with: apt-get install chromium"; \
 	fi
 
+$(JQ):
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "$@ is missing: installing Debian's jq and curl"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq curl >/dev/null; \
+	else \
+	    echo "$@ is missing and cannot be installed here (needs root and apt-get):" \
+	        "the README's example test will fail. Install it with: apt-get install jq"; \
+	fi
+
 # Everything CI runs: lint, format check, migrations in step with the models, types,
 # import contracts, then the whole suite (PostgreSQL when DATABASE_URL points at it).
-test: $(STAMP) $(AXE_STAMP) $(CHROMIUM)
+test: $(STAMP) $(AXE_STAMP) $(CHROMIUM) $(JQ)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run

@@ -1,0 +1,179 @@
+"""The code blocks of README.md and docs/ are tests: a doc that stops working fails CI.
+
+Each runnable ``python`` and ``sh`` block (tests/docs/blocks.py says how blocks are
+marked) runs as its own process against a live Effectgate on the test database
+(PostgreSQL in CI) with one runner token for them all, as a newcomer pasting them one
+after the other would, and a fake payment provider; it must exit 0 and show the lines of
+the ``text output`` block that follows it. What a reader replaces is replaced here, and
+nothing else (``PLACEHOLDERS``). Fragments are checked for syntax, TOML and YAML blocks
+parse (JSON blocks: test_api_reference.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.fake_provider import FakeProvider
+from tests.conftest import make_runner
+from tests.docs.blocks import ROOT, Block, all_blocks
+
+BLOCKS = all_blocks()
+RUNNABLE = [block for block in BLOCKS if block.kind and block.fragment is None]
+FRAGMENTS = [block for block in BLOCKS if block.kind and block.fragment is not None]
+
+# Where a doc names a server, a token or a provider the reader has, the test has its own.
+PLACEHOLDERS = {
+    "http://127.0.0.1:8000": "effectgate",
+    "https://effectgate.internal": "effectgate",
+    "egr_...": "token",
+    "http://payments.internal": "provider",
+}
+# Names a runnable example gives the tools it registers and the operations it asks for.
+TOOL_NAMES = [
+    re.compile(r"""put_tool\(\s*["']([\w.-]+)["']"""),
+    re.compile(r"/tools/([\w.-]+)"),
+    re.compile(r"""\btool=["']([\w.-]+)["']"""),
+    re.compile(r""""tool":\s*"([\w.-]+)\""""),
+]
+OPERATION_KEYS = [
+    re.compile(r"""operation_key=f?["']([^"'{]+)["']"""),
+    re.compile(r""""operation_key":\s*"([^"]+)\""""),
+]
+
+
+def _chain(block: Block) -> list[Block]:
+    """The block with the blocks it continues, first to last."""
+    chain = [block]
+    while chain[0].continues:
+        earlier = [
+            other
+            for other in BLOCKS
+            if other.path == block.path and other.kind == block.kind and other.line < chain[0].line
+        ]
+        assert earlier, f"{chain[0].where} continues a block, but none of its kind is above it"
+        chain.insert(0, earlier[-1])
+    return chain
+
+
+def _expected_output(block: Block) -> list[str]:
+    following = [other for other in BLOCKS if other.path == block.path and other.line > block.line]
+    if following and following[0].is_output:
+        return [line for line in following[0].text.splitlines() if line.strip()]
+    return []
+
+
+def _shows(output: str, expected: list[str]) -> str | None:
+    """None when the output's lines hold the expected ones in order (``...`` matches any
+    text, runs of spaces are one space); else the first expected line not found."""
+    lines = iter(" ".join(line.split()) for line in output.splitlines())
+    for wanted in expected:
+        pattern = re.compile(
+            ".*".join(re.escape(part) for part in " ".join(wanted.split()).split("...")) + "$"
+        )
+        if not any(pattern.match(line) for line in lines):
+            return wanted
+    return None
+
+
+def _own_names(patterns: list[re.Pattern[str]], block: Block) -> set[str]:
+    text = block.text
+    return {name for pattern in patterns for name in pattern.findall(text)}
+
+
+def test_every_code_block_runs_or_says_why_not():
+    """Counts what the doc tests cover; each runnable example names its own tools and
+    operation keys (operation keys are per runner, tool names global: examples pasted
+    one after another must not answer each other's operations)."""
+    assert RUNNABLE, "no runnable example found: the block parser is broken"
+    print(
+        f"\n[doc examples] {len(RUNNABLE)} run against a live server, {len(FRAGMENTS)} "
+        f"fragments checked for syntax, "
+        f"{sum(block.lang == 'json' for block in BLOCKS)} JSON, "
+        f"{sum(block.lang in ('toml', 'yaml') for block in BLOCKS)} TOML/YAML blocks parsed"
+    )
+    for block in FRAGMENTS:
+        assert len(block.fragment) >= 10, f"{block.where}: say why it is a fragment"
+    for kind, patterns in [("tool", TOOL_NAMES), ("operation key", OPERATION_KEYS)]:
+        owners: dict[str, list[str]] = defaultdict(list)
+        for block in RUNNABLE:
+            for name in _own_names(patterns, block):
+                owners[name].append(block.where)
+        shared = {name: where for name, where in owners.items() if len(where) > 1}
+        assert not shared, f"runnable examples share a {kind}: {shared}"
+
+
+@pytest.mark.parametrize("block", FRAGMENTS, ids=lambda block: block.where)
+def test_fragments_are_valid_syntax(block):
+    if block.kind == "python":
+        import ast
+
+        ast.parse(block.text, filename=block.where)  # top-level await is allowed here
+        return
+    done = subprocess.run(
+        ["bash", "-n"], input=block.text, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, f"{block.where}: {done.stderr}"
+
+
+@pytest.mark.parametrize(
+    "block", [b for b in BLOCKS if b.lang in ("toml", "yaml")], ids=lambda block: block.where
+)
+def test_configuration_blocks_parse(block):
+    if block.lang == "toml":
+        assert tomllib.loads(block.text), block.where
+    else:
+        assert yaml.safe_load(block.text), block.where
+
+
+@pytest.fixture
+def provider():
+    with FakeProvider() as fake:
+        yield fake
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("block", RUNNABLE, ids=lambda block: block.where)
+def test_runnable_example(block, live_server, provider, settings, tmp_path):
+    # The provider's lookups are on loopback, as in a deployment that lists its host.
+    settings.RECONCILE_ALLOWED_HOSTS = ["127.0.0.1"]
+    values = {"effectgate": live_server.url, "token": make_runner().token, "provider": provider.url}
+    chain = _chain(block)
+    source = "\n\n".join(link.text for link in chain)
+    for placeholder, what in PLACEHOLDERS.items():
+        source = source.replace(placeholder, values[what])
+    script = tmp_path / ("example.py" if block.kind == "python" else "example.sh")
+    script.write_text(source)
+    command = [sys.executable, str(script)] if block.kind == "python" else ["bash", str(script)]
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    done = subprocess.run(
+        command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    output = done.stdout + done.stderr
+    print(f"\n[{block.where}] exit {done.returncode}\n{output[-3000:]}")
+    assert done.returncode == 0, f"{block.where} failed:\n{output[-3000:]}"
+    assert "Traceback" not in done.stderr, done.stderr
+    missing = _shows(done.stdout, _expected_output(block))
+    assert missing is None, (
+        f"{block.where}: its output does not show {missing!r}:\n{done.stdout[-3000:]}"
+    )
+
+
+def test_output_matching():
+    output = "a\n{'status': 'succeeded', 'id': 'op_12'}\nb  c\n"
+    assert _shows(output, ["{'status': 'succeeded', 'id': 'op_...'}", "b c"]) is None
+    assert _shows(output, ["b c", "{'status': ...}"]) == "{'status': ...}"  # order counts
+    assert _shows(output, ["failed"]) == "failed"
+    assert ROOT.is_dir()
