@@ -16,7 +16,7 @@ from approvals.models import ApprovalRequest
 from approvals.selectors import request_latest
 
 from . import payloads
-from .machine import Status, allowed_next_actions
+from .machine import OUTCOME_CODE_PATTERN, Status, allowed_next_actions
 from .models import Attempt, Event, Operation, Run, ToolVersion
 
 # The JSON type each kind of field takes. DRF would otherwise coerce ("5" for an
@@ -128,7 +128,7 @@ class OutcomeIn(StrictSerializer):
     downstream_id = serializers.CharField(max_length=255, required=False, allow_blank=True)
     # One call's cost; far below what a run's spend column holds, so sums stay in range.
     cost = serializers.FloatField(min_value=0, max_value=10.0**9, required=False, allow_null=True)
-    code = serializers.RegexField(r"^[a-z0-9_.:-]{1,64}$", required=False)
+    code = serializers.RegexField(OUTCOME_CODE_PATTERN, required=False)
     detail = serializers.CharField(max_length=4000, required=False, allow_blank=True)
     retry_after_ms = serializers.IntegerField(min_value=0, max_value=86_400_000, required=False)
 
@@ -151,9 +151,12 @@ class CompensationIn(StrictSerializer):
     evidence = JSONObject(required=False)
 
 
+# Every event type the outbox sends (``services.core.outbox_enqueue``): a runner may
+# subscribe to each by its exact name.
 EVENT_TYPES = [
     *(f"operation.{status.value}" for status in Status),
     "approval.decided",
+    "approval.escalated",
 ]
 
 

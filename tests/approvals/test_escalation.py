@@ -87,6 +87,23 @@ def test_before_the_time_the_group_cannot_decide_after_it_can(
     assert list(state_verify()) == []
 
 
+def test_a_runner_subscribes_to_escalations_by_their_name(api, settings):
+    settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    response = api.post(
+        "/api/v1/webhook-endpoints",
+        {"url": "http://127.0.0.1:9/h", "events": ["approval.escalated"]},
+    )
+    assert response.status_code == 201, response.json()
+    assert response.json()["events"] == ["approval.escalated"]
+    op = _pending(api)
+    assert not OutboxMessage.objects.exists()  # awaiting_approval is not subscribed
+    with _later(3601):
+        assert services.sweep().approvals_escalated == 1
+    [message] = OutboxMessage.objects.all()
+    assert message.event_type == "approval.escalated"
+    assert message.payload["data"]["approval"]["id"] == op["approval"]["id"]
+
+
 def test_a_grant_from_the_group_dies_with_the_membership(api):
     op = _pending(api)
     lead = _lead()

@@ -1,7 +1,9 @@
 """Webhooks: endpoints, the transactional outbox, Standard Webhooks signatures, retries."""
 
+import ast
 import json
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import time_machine
@@ -9,9 +11,12 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from operations import services, webhooks
+from operations.machine import Status
 from operations.models import DeliveryAttempt, OutboxMessage, WebhookEndpoint
 from tests.conftest import contract
 from tests.support.receiver import Receiver
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -61,6 +66,33 @@ def test_unknown_event_patterns_are_refused(api, receiver):
     assert response.status_code == 400
     assert response.json()["errors"][0]["path"] == "/events"
     assert "refund.*" in response.json()["errors"][0]["message"]
+
+
+def _sent_event_types() -> set[str]:
+    """What the server gives the outbox: ``operation.<status>`` for every status, and
+    each literal ``event_type="..."`` passed in operations and approvals."""
+    sent = {f"operation.{status.value}" for status in Status}
+    for package in ("operations", "approvals"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if (
+                    isinstance(node, ast.keyword)
+                    and node.arg == "event_type"
+                    and isinstance(node.value, ast.Constant)
+                    and isinstance(node.value.value, str)
+                ):
+                    sent.add(node.value.value)
+    return sent
+
+
+def test_every_event_type_sent_can_be_subscribed_to_by_name(api, receiver):
+    sent = _sent_event_types()
+    assert {"approval.decided", "approval.escalated", "operation.superseded"} <= sent
+    for event_type in sorted(sent):
+        response = api.post(
+            "/api/v1/webhook-endpoints", {"url": receiver.url, "events": [event_type]}
+        )
+        assert response.status_code == 201, (event_type, response.json())
 
 
 def test_outbox_rows_are_written_with_the_transition(api, receiver):
