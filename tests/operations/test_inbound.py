@@ -1,6 +1,10 @@
 """Inbound provider events: signed evidence that resolves unknown operations."""
 
+import argparse
+import io
 import json
+import re
+import sys
 from datetime import timedelta
 
 import pytest
@@ -9,6 +13,9 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 from standardwebhooks.webhooks import Webhook
 
+from operations import webhooks
+from operations.crypto import decrypt
+from operations.management.commands import tool as tool_command
 from operations.models import Event, InboundEvent, Operation, Tool
 from tests.conftest import contract
 
@@ -29,6 +36,38 @@ def provider(api, capsys):
     assert secret.startswith("whsec_")
     assert secret not in str(list(Event.objects.values_list("data", flat=True)))
     return Webhook(secret)
+
+
+def _inbound_secret_parser() -> argparse.ArgumentParser:
+    parser = tool_command.Command().create_parser("manage.py", "tool")
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return sub.choices["inbound-secret"]
+
+
+def test_the_tool_command_documents_only_options_it_has():
+    parser = _inbound_secret_parser()
+    has = {option for action in parser._actions for option in action.option_strings}
+    helps = [action.help or "" for action in parser._actions]
+    text = " ".join([tool_command.__doc__ or "", tool_command.Command.help, *helps])
+    named = set(re.findall(r"--[a-z][a-z-]*", text))
+    assert "--stdin" in named
+    assert named <= has, f"documented but not accepted: {sorted(named - has)}"
+
+
+def test_the_usage_in_the_tool_command_docstring_runs(api, capsys, monkeypatch):
+    api.tool("refund", contract("irreversible", approval={"mode": "never"}, inbound=INBOUND))
+    [usage] = re.findall(r"``python manage\.py (tool [^`]+)``", tool_command.__doc__ or "")
+    required = re.sub(r"\s*\[[^]]*\]", "", usage).split()
+    optional = re.findall(r"\[([^]]*)\]", usage)
+    assert optional == ["--stdin"]
+    call_command(*[word.replace("NAME", "refund") for word in required])
+    generated = capsys.readouterr().out.strip().splitlines()[-1]
+    assert decrypt(Tool.objects.get(pk="refund").inbound_secret_encrypted) == generated
+    own = webhooks.new_secret()
+    monkeypatch.setattr(sys, "stdin", io.StringIO(own + "\n"))
+    call_command(*[word.replace("NAME", "refund") for word in required], *optional)
+    assert "the secret you gave" in capsys.readouterr().out
+    assert decrypt(Tool.objects.get(pk="refund").inbound_secret_encrypted) == own
 
 
 def _send(signer, payload, *, msg_id="evt_1", at=None, body=None, tool="refund"):

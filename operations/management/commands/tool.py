@@ -1,7 +1,11 @@
-"""``python manage.py tool inbound-secret NAME [--secret whsec_...]``.
+"""``python manage.py tool inbound-secret NAME [--stdin]``.
 
-Sets the secret a provider signs its events with for this tool. Only people with
-shell access set it: whoever holds it can report effects as done.
+Sets the secret a provider signs its events for this tool with (docs/api.md, "Inbound
+provider events"). Without ``--stdin`` it generates a new ``whsec_...`` secret and
+prints it once, to give to the provider; with ``--stdin`` it reads the provider's own
+secret (one line) from standard input, which keeps it out of the process list and the
+shell history. Only people with shell access set it: whoever holds it can report effects
+as done.
 """
 
 import sys
@@ -13,14 +17,24 @@ from operations.models import Tool
 
 
 class Command(BaseCommand):
-    help = "Manage tools: the inbound events secret."
+    help = (
+        "Manage tools. inbound-secret NAME [--stdin]: set the secret a provider signs "
+        "inbound events with (a new one, printed once, or with --stdin the provider's own)."
+    )
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
-        secret = sub.add_parser("inbound-secret", help="Set the provider's signing secret.")
+        secret = sub.add_parser(
+            "inbound-secret",
+            help="Set the provider's signing secret: a new one, printed once, or with "
+            "--stdin the provider's own.",
+        )
         secret.add_argument("name")
         secret.add_argument(
-            "--stdin", action="store_true", help="Read the provider's whsec_ secret from stdin."
+            "--stdin",
+            action="store_true",
+            help="Read the provider's whsec_... secret (one line) from stdin instead of "
+            "generating one.",
         )
 
     def handle(self, *args, **options):
