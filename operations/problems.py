@@ -63,6 +63,21 @@ _DRF_CODES: list[tuple[type[Exception], str]] = [
 ]
 
 
+# The title of each code, in words. DRF's ``default_detail`` is no title: some are
+# templates (``Method "{method}" not allowed.``) that only the detail fills in.
+_DRF_TITLES = {
+    "not_authenticated": "The request is not authenticated",
+    "not_found": "Not found",
+    "method_not_allowed": "This method is not allowed on this path",
+    "unsupported_media_type": "The request body's media type is not supported",
+    "not_acceptable": "The Accept header excludes JSON",
+    "malformed_json": "The request body is not acceptable JSON",
+    "rate_limited": "Too many requests",
+    "forbidden": "This token's scope does not allow the request",
+    "invalid_request": "The request is not valid",
+}
+
+
 def _response(body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
     response = Response(body, status=body["status"], content_type=CONTENT_TYPE)
     for name, value in (headers or {}).items():
@@ -106,8 +121,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         if isinstance(exc, drf.Throttled) and wait:
             headers["Retry-After"] = str(int(wait) + 1)
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
-        title = str(exc.default_detail)
-        return _response(problem(exc.status_code, code, str(title), str(detail)), headers)
+        return _response(problem(exc.status_code, code, _DRF_TITLES[code], detail), headers)
     view = context.get("view")
     logger.exception("Unhandled error in %s", type(view).__name__ if view else "API view")
     return _response(

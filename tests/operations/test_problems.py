@@ -39,14 +39,53 @@ def test_revoked_token_is_401(api):
     _problem(api.get("/api/v1/tools"), 401, "not_authenticated")
 
 
+NOT_ALLOWED = (405, "method_not_allowed", "This method is not allowed on this path")
+UNSUPPORTED = (415, "unsupported_media_type", "The request body's media type is not supported")
+
+
 def test_unknown_url_and_method(api):
     _problem(api.get("/api/v1/nothing-here"), 404, "not_found")
-    _problem(api.client.delete("/api/v1/runs"), 405, "method_not_allowed")
+    response = api.client.delete("/api/v1/runs")
+    body = _problem(response, 405, "method_not_allowed")
+    # The title is the code in words; the detail names this request's method.
+    assert body["title"] == NOT_ALLOWED[2]
+    assert '"DELETE"' in body["detail"]
+    assert "POST" in response["Allow"]
 
 
 def test_wrong_content_type(api):
     response = _raw(api, "/api/v1/runs", "principal=x", "application/x-www-form-urlencoded")
-    _problem(response, 415, "unsupported_media_type")
+    body = _problem(response, 415, "unsupported_media_type")
+    assert body["title"] == UNSUPPORTED[2]
+    assert '"application/x-www-form-urlencoded"' in body["detail"]
+    assert Run.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "content_type", "expected", "specifics"),
+    [
+        ("PUT", "/api/v1/operations", "application/json", NOT_ALLOWED, "PUT"),
+        ("PATCH", "/api/v1/tools/t", "application/json", NOT_ALLOWED, "PATCH"),
+        ("POST", "/api/v1/runs", "text/plain", UNSUPPORTED, "text/plain"),
+        ("PUT", "/api/v1/tools/t", "application/xml", UNSUPPORTED, "application/xml"),
+    ],
+)
+def test_a_title_is_the_same_sentence_for_every_request_and_the_detail_is_specific(
+    api, method, path, content_type, expected, specifics
+):
+    """Never a template with its placeholders unfilled (``Method "{method}" not
+    allowed.``): the title is the code in words, the detail names this request's part."""
+    status, code, title = expected
+    response = api.client.generic(method, path, "{}", content_type=content_type)
+    body = _problem(response, status, code)
+    assert body["title"] == title
+    assert f'"{specifics}"' in body["detail"]
+
+
+def test_the_accept_header_problem_has_a_plain_title(api):
+    response = api.get("/api/v1/runs", HTTP_ACCEPT="text/html")
+    body = _problem(response, 406, "not_acceptable")
+    assert body["title"] == "The Accept header excludes JSON"
 
 
 @pytest.mark.parametrize(
@@ -110,3 +149,11 @@ def test_internal_errors_are_problems_too(api, monkeypatch):
     body = _problem(api.post("/api/v1/runs", {"principal": "a"}), 500, "internal_error")
     assert "secret internals" not in json.dumps(body)
     assert Event.objects.filter(kind="run_created").count() == 0
+
+
+def test_every_code_mapped_from_a_drf_exception_has_a_title():
+    from operations import problems
+
+    mapped = {code for _, code in problems._DRF_CODES} | {"invalid_request"}
+    assert set(problems._DRF_TITLES) == mapped
+    assert all("{" not in title for title in problems._DRF_TITLES.values())
