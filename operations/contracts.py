@@ -1,4 +1,4 @@
-"""Tool contracts: validation, defaults, sensitive fields and strength (product.md §1).
+"""Tool contracts: validation, defaults, sensitive fields and strength (docs/api.md, Tools).
 
 Pure functions over plain dicts; the services store what ``normalize_contract`` returns.
 A normalized contract has every field filled in, so two contracts are the same version
@@ -19,7 +19,7 @@ from jsonschema.exceptions import SchemaError
 from approvals.policy import OPERATORS, json_equal, parse_pointer
 
 from .errors import InvalidContract
-from .machine import EFFECT_CLASS_RANK, EffectClass
+from .machine import EFFECT_CLASS_RANK, OUTCOME_CODE_PATTERN, EffectClass
 from .schema_paths import Unproven, format_pointer, format_types, locate
 
 APPROVAL_MODE_RANK = {"never": 0, "rules": 1, "always": 2}
@@ -30,6 +30,8 @@ URL_PLACEHOLDERS = {"idempotency_key", "operation_id"}
 
 _pointer = {"type": "string", "pattern": "^(/([^~/]|~[01])*)+$"}
 _positive = {"type": "integer", "minimum": 1, "maximum": 10**9}
+# Retryable and breaker codes are compared with outcome codes: only those can match.
+_code = {"type": "string", "pattern": OUTCOME_CODE_PATTERN}
 
 CONTRACT_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -47,7 +49,7 @@ CONTRACT_SCHEMA: dict[str, Any] = {
                 "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100},
                 "retryable_codes": {
                     "type": "array",
-                    "items": {"type": "string", "minLength": 1, "maxLength": 100},
+                    "items": _code,
                     "uniqueItems": True,
                     "maxItems": 50,
                 },
@@ -143,7 +145,7 @@ CONTRACT_SCHEMA: dict[str, Any] = {
             "properties": {
                 "failure_codes": {
                     "type": "array",
-                    "items": {"type": "string", "minLength": 1, "maxLength": 64},
+                    "items": _code,
                     "minItems": 1,
                     "uniqueItems": True,
                 },
@@ -261,12 +263,29 @@ def _unproven_places(
     return problems
 
 
+def _code_problems(body: dict[str, Any]) -> list[dict[str, str]]:
+    """Codes the schema's pattern lets through although no outcome carries them: Python's
+    ``$`` also matches before a final newline (``"rate_limited\\n"``)."""
+    problems = []
+    for block, field in (("retry", "retryable_codes"), ("breaker", "failure_codes")):
+        for index, code in enumerate((body.get(block) or {}).get(field, [])):
+            if not re.fullmatch(OUTCOME_CODE_PATTERN, code):
+                problems.append(
+                    {
+                        "path": f"/{block}/{field}/{index}",
+                        "message": f"{code!r} does not match {OUTCOME_CODE_PATTERN!r}",
+                    }
+                )
+    return problems
+
+
 def normalize_contract(body: Any) -> dict[str, Any]:
     """Validate a contract body and fill in its defaults, or raise InvalidContract."""
     errors = [
         {"path": _error_path(error.absolute_path), "message": error.message}
         for error in sorted(_CONTRACT_VALIDATOR.iter_errors(body), key=lambda e: e.path)
     ]
+    errors = errors or _code_problems(body)
     if errors:
         raise InvalidContract("The contract does not match its schema.", errors=errors)
 

@@ -1,4 +1,5 @@
-"""The operation state machine as plain data and pure functions (product.md §3).
+"""The operation state machine as plain data and pure functions (docs/api.md, The state
+machine).
 
 ``operations.services`` is the only code that changes an operation's state; it asks
 this module which moves are allowed, how a posted outcome is classified for an effect
@@ -136,12 +137,18 @@ class Verdict(StrEnum):
 
 
 NOT_SENT = "not_sent"
+# What an outcome's ``code`` may be. A contract's retryable codes and breaker failure
+# codes are compared with it, so they must match this too or they would never apply.
+OUTCOME_CODE_PATTERN = r"^[a-z0-9_.:-]{1,64}$"
 
 
 def classify_outcome(
     *, effect_class: str, kind: str, code: str | None, retryable_codes: list[str]
 ) -> Verdict:
-    """The outcome table of product.md §3, one row per ``kind``/``code``.
+    """What a posted outcome does, one row per ``kind``/``code``: a success succeeds;
+    a failure is retried when its code is ``not_sent`` or retryable, else it is
+    permanent; an unknown outcome is retried, compensated or reconciled by effect class
+    (docs/api.md, "What a posted outcome does").
 
     ``kind`` is ``succeeded``, ``failed`` or ``unknown``; an expired lease is classified
     by the caller as ``unknown``.

@@ -125,6 +125,47 @@ def test_bad_contracts_are_refused_and_nothing_is_stored(api, body):
     assert not Tool.objects.filter(pk="bad").exists()
 
 
+@pytest.mark.parametrize(
+    ("block", "path"),
+    [
+        (
+            {"retry": {"retryable_codes": ["rate_limited", "Rate-Limited"]}},
+            "/retry/retryable_codes/1",
+        ),
+        ({"retry": {"retryable_codes": ["rate limited"]}}, "/retry/retryable_codes/0"),
+        ({"retry": {"retryable_codes": ["x" * 65]}}, "/retry/retryable_codes/0"),
+        ({"retry": {"retryable_codes": ["rate_limited\n"]}}, "/retry/retryable_codes/0"),
+        (
+            {"breaker": {"failure_codes": ["upstream_5xx", "Upstream-5xx"]}},
+            "/breaker/failure_codes/1",
+        ),
+        ({"breaker": {"failure_codes": ["timeout\n"]}}, "/breaker/failure_codes/0"),
+    ],
+)
+def test_codes_no_outcome_can_carry_are_refused(api, block, path):
+    """A retryable or breaker code is compared with an outcome's ``code``, which matches
+    ``^[a-z0-9_.:-]{1,64}$``: a code outside that could never match."""
+    response = api.put("/api/v1/tools/t", contract("idempotent", **block))
+    assert response.status_code == 422, response.json()
+    assert response.json()["code"] == "invalid_contract"
+    assert [error["path"] for error in response.json()["errors"]] == [path]
+    assert not Tool.objects.filter(pk="t").exists()
+
+
+def test_every_code_an_outcome_may_carry_is_accepted(api):
+    codes = ["rate_limited", "upstream.5xx", "http:429", "a-b", "0", "x" * 64]
+    body = contract("idempotent", retry={"retryable_codes": codes})
+    body["breaker"] = {"failure_codes": codes, "threshold": 1000}
+    stored = api.tool("t", body)
+    assert stored["retry"]["retryable_codes"] == sorted(codes)
+    assert stored["breaker"]["failure_codes"] == sorted(codes)
+    # Each of them, posted as an outcome's code, is accepted and retried.
+    for code in codes:
+        op = api.register(api.run(), "t")
+        api.claim(op["id"])
+        assert api.outcome(op["id"], 1, {"kind": "failed", "code": code})["status"] == "ready"
+
+
 def test_an_approval_rule_may_not_read_a_sensitive_field(api):
     schema = copy.deepcopy(REFUND_SCHEMA)
     schema["properties"]["amount_cents"]["x-sensitive"] = True
