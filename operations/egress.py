@@ -1,4 +1,4 @@
-"""Outbound HTTP that cannot be pointed at internal addresses (product.md §7).
+"""Outbound HTTP that cannot be pointed at internal addresses.
 
 Reconciliation lookups and webhook deliveries go to URLs that runners supply, so a
 runner token must not be able to make Effectgate call its own admin, a cloud metadata
@@ -18,6 +18,7 @@ from typing import cast
 import certifi
 import httpcore
 import httpx
+from django.conf import settings
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -99,6 +100,21 @@ class HostPolicy:
         public = address.is_global and not any(address in net for net in _NOT_PUBLIC)
         return self.allow_public and public
 
+    def host_possible(self, host: str) -> bool:
+        """Whether some connection to ``host`` could be admitted, known without DNS.
+
+        An address is judged as it would be at connect time. A name is possible when it
+        is listed, or when it may resolve to an address the policy admits by itself (one
+        in a listed range, or any public one with ``allow_public``): only the lookup
+        itself can tell. Otherwise no answer DNS could give is admitted.
+        """
+        host = host.lower().rstrip(".")
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            return host in self.names or bool(self.networks) or self.allow_public
+        return self.address_allowed(host, address)
+
     def url_allowed(self, url: str) -> tuple[bool, str]:
         """A registration-time check (the connect-time check still applies later)."""
         try:
@@ -115,6 +131,12 @@ class HostPolicy:
         if refused:
             return False, f"{parsed.host} resolves to an address that is not allowed ({refused[0]})"
         return True, ""
+
+
+def lookup_policy() -> HostPolicy:
+    """Where reconciliation lookups may connect: ``RECONCILE_ALLOWED_HOSTS`` only, public
+    addresses included only when listed (lookups go to the runner's private network)."""
+    return HostPolicy.parse(settings.RECONCILE_ALLOWED_HOSTS, allow_public=False)
 
 
 def _resolve(host: str, port: int) -> list[Address]:

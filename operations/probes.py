@@ -31,7 +31,7 @@ from django.utils import timezone
 
 from . import errors, services
 from .contracts import URL_PLACEHOLDER, url_template_problems
-from .egress import HostPolicy, guarded_client
+from .egress import guarded_client, lookup_policy
 from .machine import Status
 from .metrics import PROBE_FAILURES, timed_sweep
 from .models import Operation
@@ -108,10 +108,6 @@ def _probe(op: Operation, client: httpx.Client) -> Answer:
         return Answer(None, error=f"the lookup could not be made: {reason}")
 
 
-def _policy() -> HostPolicy:
-    return HostPolicy.parse(settings.RECONCILE_ALLOWED_HOSTS, allow_public=False)
-
-
 @dataclass
 class ProbeReport:
     probed: int = 0
@@ -143,7 +139,7 @@ def probe_due(*, now: datetime | None = None, limit: int = 50) -> ProbeReport:
     if not due:
         return report
     actor = services.Actor.system("probe")
-    with guarded_client(_policy(), timeout=settings.RECONCILE_PROBE_TIMEOUT_S) as client:
+    with guarded_client(lookup_policy(), timeout=settings.RECONCILE_PROBE_TIMEOUT_S) as client:
         for op_id, due_at in due:
             if not _claim(op_id, due_at, now):
                 continue  # another worker took it

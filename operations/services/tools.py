@@ -3,6 +3,7 @@ the runners allowed to invoke it."""
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -13,6 +14,7 @@ from approvals.errors import PermissionRefused
 from .. import access, errors
 from ..canonical import sha256_hex
 from ..contracts import normalize_contract, weakenings
+from ..egress import lookup_policy
 from ..models import (
     Runner,
     Tool,
@@ -55,15 +57,35 @@ def _require_owner(tool: Tool, runner: Runner) -> None:
     )
 
 
+def _require_lookup_host_possible(contract: dict[str, Any]) -> None:
+    """Refuse a lookup URL whose host ``RECONCILE_ALLOWED_HOSTS`` can never admit: each
+    of its lookups would fail until ``max_probes`` ran out. Decided without DNS (the name
+    may resolve only where workers run); the connection itself is checked at lookup time.
+    """
+    url = contract["reconcile"]["url"]
+    if contract["reconcile"]["mode"] != "lookup" or not url:
+        return
+    host = urlsplit(url).hostname or ""
+    if not lookup_policy().host_possible(host):
+        raise errors.UrlNotAllowed(
+            f"reconcile.url: lookups may not connect to {host}, so every lookup would "
+            "fail. They connect only to hosts listed in RECONCILE_ALLOWED_HOSTS (names or "
+            "CIDR ranges; a public address only when listed, a link-local one only in a "
+            "listed range)."
+        )
+
+
 def tool_register(*, name: str, body: Any, runner: Runner) -> ToolRegistration:
     """Store a contract as a new version if it differs from the latest one.
 
     The runner that registers a tool first owns it; any other runner is refused
     (``tool_not_owned``) before anything is written. A version that weakens the active
     one is stored inactive; a person allowed to activate tools (never the registering
-    runner's owner) must activate it.
+    runner's owner) must activate it. A lookup URL whose host the deployment never
+    lets lookups reach is refused (``url_not_allowed``), even in an unchanged contract.
     """
     contract = normalize_contract(body)
+    _require_lookup_host_possible(contract)
     digest = sha256_hex(contract)
     actor = Actor.of_runner(runner)
     with transaction.atomic():

@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from operations.egress import HostPolicy
-from operations.models import Event, Operation
+from operations.models import Event, Operation, Tool, ToolVersion
 from operations.probes import probe_due
 from tests.conftest import contract
 
@@ -103,9 +103,71 @@ def test_garbage_errors_and_timeouts_are_failed_probes_that_resolve_nothing(
     assert error in event.data["error"]
 
 
+def _put_lookup(api, url):
+    return api.put(
+        "/api/v1/tools/refund",
+        contract("irreversible", reconcile={"mode": "lookup", "url": url}),
+    )
+
+
+@pytest.mark.parametrize(
+    ("allowed", "url"),
+    [
+        ([], "http://payments.internal/refunds/{idempotency_key}"),  # the default: none
+        ([], "http://127.0.0.1:8080/{idempotency_key}"),
+        (["10.0.0.0/8"], "http://127.0.0.1:8080/{idempotency_key}"),
+        (["lookup.example.com"], "http://localhost/{idempotency_key}"),
+        (["lookup.example.com"], "https://93.184.215.14/{idempotency_key}"),  # public
+        (["127.0.0.1"], "http://169.254.169.254/{operation_id}"),  # link-local
+        (["::1"], "http://[::2]/{idempotency_key}"),
+    ],
+)
+def test_a_lookup_host_the_allow_list_can_never_admit_is_refused_at_registration(
+    api, settings, allowed, url
+):
+    settings.RECONCILE_ALLOWED_HOSTS = allowed
+    response = _put_lookup(api, url)
+    assert response.status_code == 422, response.json()
+    assert response.json()["code"] == "url_not_allowed"
+    assert "RECONCILE_ALLOWED_HOSTS" in response.json()["detail"]
+    assert not Tool.objects.filter(pk="refund").exists()
+
+
+@pytest.mark.parametrize(
+    ("allowed", "url"),
+    [
+        # A listed name is accepted without resolving it: it may resolve only where
+        # the workers run, or only later.
+        (["payments.internal"], "http://payments.internal/refunds/{idempotency_key}"),
+        (["PAYMENTS.internal."], "https://payments.INTERNAL:8443/{idempotency_key}"),
+        # A name that is not listed may resolve into a listed range: known at lookup time.
+        (["10.0.0.0/8"], "http://lookups.corp.example/{idempotency_key}"),
+        (["10.0.0.0/8"], "http://10.1.2.3/{idempotency_key}"),
+        (["169.254.169.0/24"], "http://169.254.169.254/{operation_id}"),
+        (["::1"], "http://[::1]:8080/{idempotency_key}"),
+    ],
+)
+def test_a_lookup_host_the_allow_list_may_admit_is_accepted(api, settings, allowed, url):
+    settings.RECONCILE_ALLOWED_HOSTS = allowed
+    response = _put_lookup(api, url)
+    assert response.status_code == 201, response.json()
+    assert response.json()["reconcile"]["url"] == url
+
+
+def test_an_unchanged_contract_is_refused_once_its_lookup_host_is_no_longer_allowed(api, settings):
+    settings.RECONCILE_ALLOWED_HOSTS = ["payments.internal"]
+    url = "http://payments.internal/refunds/{idempotency_key}"
+    assert _put_lookup(api, url).status_code == 201
+    settings.RECONCILE_ALLOWED_HOSTS = []
+    assert _put_lookup(api, url).json()["code"] == "url_not_allowed"
+    assert ToolVersion.objects.filter(tool_id="refund").count() == 1
+
+
 def test_hosts_not_on_the_allow_list_are_never_called(api, lookup_server, settings):
-    settings.RECONCILE_ALLOWED_HOSTS = ["10.0.0.0/8"]
+    # Registered while the host was allowed (registration refuses it otherwise), and
+    # looked up after the list changed: the lookup checks again.
     op = _unknown(api, lookup_server.url_template)
+    settings.RECONCILE_ALLOWED_HOSTS = ["10.0.0.0/8"]
     lookup_server.answer(op["idempotency_key"], {"result": "committed"})
     assert probe_due().failed == 1
     assert lookup_server.requests == []
@@ -115,7 +177,9 @@ def test_hosts_not_on_the_allow_list_are_never_called(api, lookup_server, settin
 
 
 def test_a_name_that_resolves_to_loopback_is_refused_unless_listed(api, lookup_server, settings):
-    settings.RECONCILE_ALLOWED_HOSTS = ["lookup.example.com"]
+    # Registration admits a name that may resolve into a listed range; the lookup finds
+    # that localhost resolves to loopback, outside 10.0.0.0/8.
+    settings.RECONCILE_ALLOWED_HOSTS = ["lookup.example.com", "10.0.0.0/8"]
     op = _unknown(api, f"http://localhost:{lookup_server.port}/lookup/{{idempotency_key}}")
     lookup_server.answer(op["idempotency_key"], {"result": "committed"})
     assert probe_due().failed == 1
