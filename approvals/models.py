@@ -1,4 +1,4 @@
-"""Approval requests, decisions and grants (product.md §4).
+"""Approval requests, decisions and grants (docs/api.md, Approvals).
 
 This app knows operations only as the string reference ``"operations.Operation"`` and
 the objects it is handed; ``operations.services`` applies the transitions that follow a

@@ -1,4 +1,4 @@
-"""Approval policy evaluation: does this intent need a person? (product.md §4)
+"""Approval policy evaluation: does this intent need a person? (docs/api.md, Approvals)
 
 Pure functions over the contract's ``approval`` block and the frozen arguments; no
 Django import. The result says which rules matched so the approver sees why.

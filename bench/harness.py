@@ -66,8 +66,8 @@ def refund_contract(lookup_template: str, *, max_attempts: int = 5) -> dict[str,
     """An irreversible refund that runs without approval and is reconciled by lookup.
 
     Only ``provider_unavailable`` is retryable: the provider answers 503 before it
-    processes anything, so that code means "not processed", as product.md requires of
-    retryable codes for irreversible tools.
+    processes anything, so that code means "not processed": a retryable code of an
+    irreversible tool must mean that, since a retry repeats the effect otherwise.
     """
     return {
         "effect_class": "irreversible",

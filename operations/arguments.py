@@ -1,4 +1,4 @@
-"""Argument validation and freezing (product.md §1-2).
+"""Argument validation and freezing (docs/api.md, The intent hash).
 
 1. Validate the arguments against the contract's JSON Schema (draft 2020-12), listing
    every error by JSON pointer. A message about a value that is, or contains, a

@@ -1,4 +1,4 @@
-"""What an argument schema provably says about one place in the arguments (product.md §1).
+"""What an argument schema provably says about one place in the arguments.
 
 Approval rules, the concurrency key and ``"x-sensitive"`` marks name places in the
 arguments by JSON pointer. A rule on a place the schema cannot produce silently never

@@ -1,4 +1,4 @@
-"""The runner protocol in one call: ``Runner.execute`` (api.md, product.md §3).
+"""The runner protocol in one call: ``Runner.execute`` (docs/api.md, Operations).
 
 ``execute`` takes one intended effect from registration to an answer the model can
 read:

@@ -1,8 +1,8 @@
 """Template helpers of the browser console: ``{% load console_tags %}``.
 
 ``reveal``  text that a runner or a model wrote, escaped, with every invisible or
-            bidirectional-control character shown as a visible marker (product.md §8:
-            nobody approves something other than what they read).
+            bidirectional-control character shown as a visible marker: nobody
+            approves something other than what they read.
 ``badge``   a state badge for an operation, attempt, approval, run or effect class.
 ``reltime`` a ``<time>`` element that console.js renders as relative time, keeping the
             absolute UTC time in its title.

@@ -1,4 +1,4 @@
-"""Outcomes of attempts, leases and late results (product.md §3's outcome table)."""
+"""Outcomes of attempts, leases and late results (docs/api.md, The state machine)."""
 
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -51,7 +51,8 @@ def _settle(
     downstream_id: str = "",
     extra: dict[str, Any] | None = None,
 ) -> None:
-    """Apply the outcome table (product.md §3) to an executing operation."""
+    """Apply what a posted outcome does (``machine.classify_outcome``) to an executing
+    operation."""
     contract = op.tool_version.contract
     retry = contract["retry"]
     verdict = machine.classify_outcome(
@@ -132,7 +133,8 @@ def _settle(
 
 
 def lease_expire_locked(op: Operation, *, actor: Actor, now: datetime) -> None:
-    """An expired lease with no outcome is an ``unknown`` outcome (product.md §3)."""
+    """An expired lease with no outcome is an ``unknown`` outcome (code ``lease_expired``):
+    the attempt may have reached the provider."""
     attempt = current_attempt(op)
     extra: dict[str, Any] = {}
     if attempt is not None:

@@ -21,9 +21,8 @@ from approvals.errors import Refusal
 from operations import errors as operation_errors
 from operations import problems, serializers
 from operations.machine import Status
+from tests.docs.blocks import DOCS, ROOT, all_blocks, doc_files, fenced_blocks
 
-ROOT = Path(__file__).resolve().parents[2]
-DOCS = ROOT / "docs"
 API_MD = DOCS / "api.md"
 API_PREFIX = "/api/v1"
 HTTP_METHODS = ("get", "put", "post", "patch", "delete")
@@ -34,7 +33,6 @@ CODE_SPAN = re.compile(r"`([^`\n]+)`")
 ENDPOINT_SPAN = re.compile(r"^(GET|PUT|POST|PATCH|DELETE) (/\S*)$")
 # References to documents that are not in the repository.
 OUTSIDE_REFERENCE = re.compile(r"product\.md|\bof the design\b", re.IGNORECASE)
-FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
 
 
 def _spans(text: str) -> set[str]:
@@ -177,7 +175,7 @@ def test_every_problem_code_is_documented():
 def _server_event_types() -> set[str]:
     """Every webhook event type the outbox can be given: the subscribable list, one
     ``operation.<status>`` per status, and every literal ``event_type="..."`` in the
-    server's code (``approval.escalated`` is sent but not in the list)."""
+    server's code."""
     types = set(serializers.EVENT_TYPES)
     types |= {f"operation.{status.value}" for status in Status}
     for path in _python_files("operations", "approvals"):
@@ -202,14 +200,10 @@ def test_every_webhook_event_type_is_documented():
 # --- the docs stand on their own ---------------------------------------------------------
 
 
-def _doc_files() -> list[Path]:
-    return [*sorted(DOCS.rglob("*.md")), ROOT / "README.md"]
-
-
 def test_docs_refer_to_nothing_outside_the_repository():
     found = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
-        for path in _doc_files()
+        for path in doc_files()
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if OUTSIDE_REFERENCE.search(line)
     ]
@@ -217,33 +211,6 @@ def test_docs_refer_to_nothing_outside_the_repository():
         "these lines refer to documents that are not in the repository (say it here, or "
         "link to the section of the docs that does):\n  " + "\n  ".join(found)
     )
-
-
-def _fenced_blocks(text: str) -> list[tuple[int, str, str]]:
-    """``(line of the opening fence, info word, content)`` of every fenced code block;
-    the content loses the opening fence's indentation (blocks inside list items)."""
-    blocks = []
-    lines = text.splitlines()
-    index = 0
-    while index < len(lines):
-        match = FENCE.match(lines[index])
-        if match is None:
-            index += 1
-            continue
-        indent, fence = match["indent"], match["fence"]
-        info = match["info"].strip().split(maxsplit=1)
-        start, body = index + 1, []
-        index += 1
-        while index < len(lines):
-            closing = lines[index].strip()
-            if closing.startswith(fence[0] * len(fence)) and not closing.strip(fence[0]):
-                break
-            line = lines[index]
-            body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
-            index += 1
-        blocks.append((start, info[0].lower() if info else "", "\n".join(body)))
-        index += 1
-    return blocks
 
 
 def _json_problem(content: str) -> str | None:
@@ -262,24 +229,26 @@ def _json_problem(content: str) -> str | None:
 
 
 def test_fenced_block_parser_finds_blocks():
-    text = 'x\n```json\n{"a": 1}\n```\n- item\n\n  ```json\n  "b": 2\n  ```\n```text\n...\n```\n'
-    assert _fenced_blocks(text) == [
-        (2, "json", '{"a": 1}'),
-        (7, "json", '"b": 2'),
-        (10, "text", "..."),
+    text = (
+        'x\n```json\n{"a": 1}\n```\n- item\n\n  ```json\n  "b": 2\n  ```\n'
+        "```text output\n...\n```\n"
+    )
+    assert [(b.line, b.lang, b.info, b.text) for b in fenced_blocks(text)] == [
+        (2, "json", (), '{"a": 1}'),
+        (7, "json", (), '"b": 2'),
+        (10, "text", ("output",), "..."),
     ]
 
 
 def test_every_json_block_parses():
     found = []
     checked = 0
-    for path in _doc_files():
-        for line, info, content in _fenced_blocks(path.read_text(encoding="utf-8")):
-            if info != "json":
-                continue
-            checked += 1
-            if (error := _json_problem(content)) is not None:
-                found.append(f"{path.relative_to(ROOT)}:{line}: {error}")
+    for block in all_blocks():
+        if block.lang != "json":
+            continue
+        checked += 1
+        if (error := _json_problem(block.text)) is not None:
+            found.append(f"{block.where}: {error}")
     assert checked, "no ```json block found: the fence parser is broken"
     assert not found, (
         "these ```json blocks are not JSON, as they stand or wrapped in braces (no comments "

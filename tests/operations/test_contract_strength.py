@@ -1,7 +1,7 @@
 """Provable strength: a new contract version activates by itself only when every place
 the active one protects (approval rule, concurrency key, sensitive field) is still there,
 with the same type, still required; a rule, key or mark on a place the schema cannot
-produce is refused at registration (product.md §1, api.md "Version 1.1 additions")."""
+produce is refused at registration (docs/api.md, Tools and Versions and activation)."""
 
 import copy
 from typing import Any

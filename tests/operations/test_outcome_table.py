@@ -1,4 +1,5 @@
-"""Every row of product.md §3's outcome table, for every effect class, through the API."""
+"""Every row of the outcome table (docs/api.md, The state machine: what a posted outcome
+does), for every effect class, through the API."""
 
 from datetime import timedelta
 

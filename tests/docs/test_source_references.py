@@ -1,0 +1,45 @@
+"""Comments and docstrings refer to nothing outside the repository either: a reader of the
+code finds each rule it cites in the code itself or in docs/ (test_api_reference.py
+checks the docs themselves)."""
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# The places that hold code, and the kinds of file that carry comments.
+SOURCE_DIRS = ("operations", "approvals", "console", "client", "bench", "tests", "deploy")
+SUFFIXES = {".py", ".html", ".js", ".css", ".toml", ".cfg", ".ini", ".yml", ".yaml", ".sh"}
+SKIPPED = {"__pycache__", "build", "node_modules", "staticfiles"}
+OUTSIDE_REFERENCE = re.compile(r"product\.md|\bof the design\b", re.IGNORECASE)
+
+
+def _source_files() -> list[Path]:
+    found = [ROOT / "Makefile", ROOT / "pyproject.toml", ROOT / "manage.py"]
+    for folder in SOURCE_DIRS:
+        for path in sorted((ROOT / folder).rglob("*")):
+            parts = set(path.relative_to(ROOT).parts)
+            if parts & SKIPPED or any(part.endswith(".egg-info") for part in parts):
+                continue
+            if path.is_file() and path.suffix in SUFFIXES and path != Path(__file__):
+                found.append(path)
+    return found
+
+
+def test_the_scan_reads_the_source():
+    names = {path.relative_to(ROOT).as_posix() for path in _source_files()}
+    assert {"operations/machine.py", "approvals/policy.py", "bench/harness.py"} <= names
+    assert "client/effectgate_client/runner.py" in names
+    assert not any("/build/" in name or "__pycache__" in name for name in names)
+
+
+def test_code_refers_to_no_document_outside_the_repository():
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in _source_files()
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if OUTSIDE_REFERENCE.search(line)
+    ]
+    assert not found, (
+        "these lines cite a document that is not in the repository (state the rule in a "
+        "few words, or name the section of docs/ that holds it):\n  " + "\n  ".join(found)
+    )
