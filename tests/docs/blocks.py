@@ -5,7 +5,9 @@ is ``# fragment: <why it cannot run alone>``; a fragment is still checked for sy
 block whose first line is ``# continues the block above`` runs after the previous block
 of its language in the same file (and that one's predecessors). A ``text output`` block
 right after a runnable one holds lines its output must show, in order (``...`` stands for
-anything).
+anything). A block with ``file=NAME`` in its info string is a file the runnable examples
+of the same document find in their working folder under that name (checked for syntax,
+not run).
 """
 
 from __future__ import annotations
@@ -57,6 +59,14 @@ class Block:
     @property
     def continues(self) -> bool:
         return self.first_line == CONTINUES
+
+    @property
+    def file_name(self) -> str | None:
+        """The name a ``file=NAME`` block is written under."""
+        for word in self.info:
+            if word.startswith("file="):
+                return word.removeprefix("file=")
+        return None
 
     @property
     def is_output(self) -> bool:

@@ -27,8 +27,14 @@ from tests.conftest import make_runner
 from tests.docs.blocks import ROOT, Block, all_blocks
 
 BLOCKS = all_blocks()
-RUNNABLE = [block for block in BLOCKS if block.kind and block.fragment is None]
-FRAGMENTS = [block for block in BLOCKS if block.kind and block.fragment is not None]
+FILES = [block for block in BLOCKS if block.file_name]
+RUNNABLE = [
+    block for block in BLOCKS if block.kind and block.fragment is None and not block.file_name
+]
+# Checked for syntax: fragments, and the python and sh files examples use.
+FRAGMENTS = [
+    block for block in BLOCKS if block.kind and (block.fragment is not None or block.file_name)
+]
 
 # Where a doc names a server, a token or a provider the reader has, the test has its own.
 PLACEHOLDERS = {
@@ -43,6 +49,8 @@ TOOL_NAMES = [
     re.compile(r"/tools/([\w.-]+)"),
     re.compile(r"""\btool=["']([\w.-]+)["']"""),
     re.compile(r""""tool":\s*"([\w.-]+)\""""),
+    re.compile(r"""call_tool\(\s*["']([\w.-]+)["']"""),
+    re.compile(r"""function_call\(\s*["']([\w.-]+)["']"""),
 ]
 OPERATION_KEYS = [
     re.compile(r"""operation_key=f?["']([^"'{]+)["']"""),
@@ -84,6 +92,12 @@ def _shows(output: str, expected: list[str]) -> str | None:
     return None
 
 
+def _filled(text: str, values: dict[str, str]) -> str:
+    for placeholder, what in PLACEHOLDERS.items():
+        text = text.replace(placeholder, values[what])
+    return text
+
+
 def _own_names(patterns: list[re.Pattern[str]], block: Block) -> set[str]:
     text = block.text
     return {name for pattern in patterns for name in pattern.findall(text)}
@@ -96,12 +110,13 @@ def test_every_code_block_runs_or_says_why_not():
     assert RUNNABLE, "no runnable example found: the block parser is broken"
     print(
         f"\n[doc examples] {len(RUNNABLE)} run against a live server, {len(FRAGMENTS)} "
-        f"fragments checked for syntax, "
+        f"fragments and files checked for syntax, "
         f"{sum(block.lang == 'json' for block in BLOCKS)} JSON, "
         f"{sum(block.lang in ('toml', 'yaml') for block in BLOCKS)} TOML/YAML blocks parsed"
     )
     for block in FRAGMENTS:
-        assert len(block.fragment) >= 10, f"{block.where}: say why it is a fragment"
+        if block.fragment is not None:
+            assert len(block.fragment) >= 10, f"{block.where}: say why it is a fragment"
     for kind, patterns in [("tool", TOOL_NAMES), ("operation key", OPERATION_KEYS)]:
         owners: dict[str, list[str]] = defaultdict(list)
         for block in RUNNABLE:
@@ -149,8 +164,9 @@ def test_runnable_example(block, live_server, provider, settings, tmp_path):
     values = {"effectgate": live_server.url, "token": make_runner().token, "provider": provider.url}
     chain = _chain(block)
     source = "\n\n".join(link.text for link in chain)
-    for placeholder, what in PLACEHOLDERS.items():
-        source = source.replace(placeholder, values[what])
+    for file in [other for other in FILES if other.path == block.path]:
+        (tmp_path / file.file_name).write_text(_filled(file.text, values))
+    source = _filled(source, values)
     script = tmp_path / ("example.py" if block.kind == "python" else "example.sh")
     script.write_text(source)
     command = [sys.executable, str(script)] if block.kind == "python" else ["bash", str(script)]
