@@ -3,7 +3,8 @@
 Builds the wheel from a copy of the sources, installs it into a new virtual environment
 and runs it from a folder that is not the checkout: the ``effectgate`` console script
 (migrate, runner create, collectstatic, runserver), gunicorn serving ``console.wsgi``, the
-console's templates and static files and the API, all from the installed package.
+console's templates and static files and the API, all from the installed package; and the
+client's own wheel installed beside it, talking to that server.
 
 SQLite on purpose: what is under test is the package, and the embedded default is what a
 first ``pip install`` runs on; it also shows that ``var/`` lands in the working folder,
@@ -69,19 +70,32 @@ def installed(tmp_path_factory):
          "--wheel-dir", str(dist), str(source)],
         cwd=base, env=env,
     )  # fmt: skip
-    (wheel,) = dist.glob("effectgate-*.whl")
+    (wheel,) = dist.glob("effectgate-0*.whl")
+    # The client is its own distribution: built the same way, installed beside the server.
+    shutil.copytree(
+        ROOT / "client", base / "client", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+         "--wheel-dir", str(dist), str(base / "client")],
+        cwd=base, env=env,
+    )  # fmt: skip
+    (client_wheel,) = dist.glob("effectgate_client-*.whl")
     environment = base / "venv"
     venv.EnvBuilder(with_pip=True).create(environment)
     bindir = environment / "bin"
-    run([str(bindir / "python"), "-m", "pip", "install", "--quiet", str(wheel)], cwd=base, env=env)
+    run(
+        [str(bindir / "python"), "-m", "pip", "install", "--quiet", str(wheel), str(client_wheel)],
+        cwd=base, env=env,
+    )  # fmt: skip
     work = base / "somewhere"
     work.mkdir()
     env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
-    return bindir, work, env, wheel
+    return bindir, work, env, (wheel, client_wheel)
 
 
 def test_the_wheel_carries_the_console_and_not_the_tests(installed):
-    *_, wheel = installed
+    *_, (wheel, client_wheel) = installed
     import zipfile
 
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -98,6 +112,10 @@ def test_the_wheel_carries_the_console_and_not_the_tests(installed):
     assert not [name for name in names if name.startswith("effectgate_client/")], (
         "the client is its own distribution, effectgate-client"
     )
+    client_names = set(zipfile.ZipFile(client_wheel).namelist())
+    assert "effectgate_client/py.typed" in client_names
+    shared = {name for name in names & client_names if ".dist-info/" not in name}
+    assert not shared, f"both wheels install {shared}"
     entry_points = next(name for name in names if name.endswith("entry_points.txt"))
     assert "effectgate = console.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
@@ -149,6 +167,16 @@ def test_the_installed_package_runs_from_any_folder(installed):
         )
         assert put.status_code == 201, put.text
         assert httpx.get(f"{base}/api/v1/tools/wheel_refund", headers=auth).json()["version"] == 1
+        # The installed client against the installed server, from the same folder.
+        script = (
+            "import sys\n"
+            "from effectgate_client import EffectgateClient\n"
+            "client = EffectgateClient(sys.argv[1], sys.argv[2])\n"
+            "run = client.create_run(principal='user:wheel')\n"
+            "print(client.get_tool('wheel_refund')['version'], run['id'][:4])\n"
+        )
+        answer = run([str(bindir / "python"), "-c", script, base, token], cwd=work, env=env)
+        assert answer.split() == ["1", "run_"], answer
     finally:
         gunicorn.send_signal(signal.SIGTERM)
         gunicorn.wait(timeout=30)
