@@ -21,7 +21,7 @@ from approvals.errors import Refusal
 from operations import errors as operation_errors
 from operations import problems, serializers
 from operations.machine import Status
-from tests.docs.blocks import DOCS, ROOT, all_blocks, doc_files, fenced_blocks
+from tests.docs.blocks import DOCS, ROOT, all_blocks, fenced_blocks
 
 API_MD = DOCS / "api.md"
 API_PREFIX = "/api/v1"
@@ -32,7 +32,6 @@ CODE_SPAN = re.compile(r"`([^`\n]+)`")
 # A span that names an endpoint: the method in capitals, one space, the path.
 ENDPOINT_SPAN = re.compile(r"^(GET|PUT|POST|PATCH|DELETE) (/\S*)$")
 # References to documents that are not in the repository.
-OUTSIDE_REFERENCE = re.compile(r"product\.md|\bof the design\b", re.IGNORECASE)
 
 
 def _spans(text: str) -> set[str]:
@@ -197,20 +196,7 @@ def test_every_webhook_event_type_is_documented():
     )
 
 
-# --- the docs stand on their own ---------------------------------------------------------
-
-
-def test_docs_refer_to_nothing_outside_the_repository():
-    found = [
-        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
-        for path in doc_files()
-        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-        if OUTSIDE_REFERENCE.search(line)
-    ]
-    assert not found, (
-        "these lines refer to documents that are not in the repository (say it here, or "
-        "link to the section of the docs that does):\n  " + "\n  ".join(found)
-    )
+# --- the docs stand on their own (and refer to nothing outside: test_references.py) ------
 
 
 def _json_problem(content: str) -> str | None:

@@ -1,11 +1,11 @@
-"""Comments and docstrings refer to nothing outside the repository either: a reader of the
-code finds each rule it cites in the code itself or in docs/ (test_api_reference.py
-checks the docs themselves)."""
+"""The docs, comments and docstrings refer to nothing outside the repository: a reader
+finds each rule they cite in the code itself or in docs/."""
 
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.docs.blocks import ROOT, doc_files
+
 # The places that hold code, and the kinds of file that carry comments.
 SOURCE_DIRS = ("operations", "approvals", "console", "client", "bench", "tests", "deploy")
 SUFFIXES = {".py", ".html", ".js", ".css", ".toml", ".cfg", ".ini", ".yml", ".yaml", ".sh"}
@@ -32,14 +32,14 @@ def test_the_scan_reads_the_source():
     assert not any("/build/" in name or "__pycache__" in name for name in names)
 
 
-def test_code_refers_to_no_document_outside_the_repository():
+def test_nothing_refers_to_a_document_outside_the_repository():
     found = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
-        for path in _source_files()
+        for path in [*doc_files(), *_source_files()]
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
         if OUTSIDE_REFERENCE.search(line)
     ]
     assert not found, (
         "these lines cite a document that is not in the repository (state the rule in a "
-        "few words, or name the section of docs/ that holds it):\n  " + "\n  ".join(found)
+        "few words, or link to the section of docs/ that holds it):\n  " + "\n  ".join(found)
     )
