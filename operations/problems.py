@@ -74,7 +74,7 @@ _DRF_TITLES = {
     "malformed_json": "The request body is not acceptable JSON",
     "rate_limited": "Too many requests",
     "forbidden": "This token's scope does not allow the request",
-    "invalid_request": "The request is not valid",
+    "invalid_request": "The request body is not valid",
 }
 
 

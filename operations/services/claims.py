@@ -53,9 +53,16 @@ def _approval_required(op: Operation, *, now: datetime) -> errors.ApprovalRequir
     request = approval_selectors.request_latest(op)
     if request is None or request.status != ApprovalRequest.RequestStatus.PENDING:
         return errors.ApprovalRequired(retry_after_ms=APPROVAL_POLL_MS)
+    # Past its expiry but not yet swept: the sweep ends it within seconds, so poll at
+    # the usual pace rather than at once.
+    wait_ms = (
+        min(APPROVAL_POLL_MS, retry_after_ms(request.expires_at, now))
+        if request.expires_at > now
+        else APPROVAL_POLL_MS
+    )
     return errors.ApprovalRequired(
         f"Approval request {request.id} waits for a decision until {iso(request.expires_at)}.",
-        retry_after_ms=min(APPROVAL_POLL_MS, retry_after_ms(request.expires_at, now)),
+        retry_after_ms=wait_ms,
         approval=request.id,
         expires_at=iso(request.expires_at),
     )

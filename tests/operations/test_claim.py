@@ -42,16 +42,26 @@ def test_claim_while_awaiting_approval(api):
 
 def test_approval_required_says_when_to_ask_again_and_which_request_waits(api):
     api.tool("t", contract("irreversible", approval={"mode": "always", "request_ttl_s": 3}))
-    op = api.register(api.run(), "t")
-    answer = api.post(f"/api/v1/operations/{op['id']}/attempts", {"lease_s": 30})
+    with time_machine.travel(timezone.now(), tick=False):
+        op = api.register(api.run(), "t")
+        answer = api.post(f"/api/v1/operations/{op['id']}/attempts", {"lease_s": 30})
     body = answer.json()
     assert (answer.status_code, body["code"]) == (409, "approval_required")
     # Polling pace, but never past the request's expiry (3 s here).
-    assert 2000 < body["retry_after_ms"] <= 3001
-    assert answer.headers["Retry-After"] == "3"
+    assert body["retry_after_ms"] == 3001
+    assert answer.headers["Retry-After"] == "4"
     assert body["approval"] == op["approval"]["id"]
     assert body["expires_at"] == op["approval"]["expires_at"]
     assert op["approval"]["id"] in body["detail"]
+
+
+def test_approval_required_past_expiry_but_not_yet_swept_still_polls_at_a_pace(api):
+    api.tool("t", contract("irreversible", approval={"mode": "always", "request_ttl_s": 3}))
+    op = api.register(api.run(), "t")
+    with time_machine.travel(timezone.now() + timedelta(seconds=10), tick=False):
+        answer = api.post(f"/api/v1/operations/{op['id']}/attempts", {"lease_s": 30})
+    assert answer.json()["code"] == "approval_required"
+    assert answer.json()["retry_after_ms"] == 5000, "not a tight loop while the sweep catches up"
 
 
 def test_approval_required_polls_at_most_every_five_seconds(api):
