@@ -19,13 +19,21 @@ from django.core.exceptions import ImproperlyConfigured
 # console/ holds the templates and static files (package data of the wheel).
 PACKAGE_DIR = Path(__file__).resolve().parent
 BASE_DIR = PACKAGE_DIR.parent
-# Local state (the SQLite database, the generated secret key, collected static files): in
-# a checkout, var/ beside manage.py; installed from the wheel, var/ in the folder the
-# `effectgate` command runs from. EFFECTGATE_VAR_DIR puts it anywhere.
-_IN_CHECKOUT = (BASE_DIR / "manage.py").is_file()
-VAR_DIR = Path(
-    os.environ.get("EFFECTGATE_VAR_DIR") or ((BASE_DIR if _IN_CHECKOUT else Path.cwd()) / "var")
-)
+
+
+def _default_var_dir() -> Path:
+    """Where local state lives (the SQLite database without DATABASE_URL, the secret key
+    generated without SECRET_KEY, static files collected without STATIC_ROOT): in a
+    checkout, var/ beside manage.py; installed from the wheel, one folder per user
+    (``$XDG_DATA_HOME/effectgate``), the same for every process whatever folder it
+    starts in, so that they all share one key and one database."""
+    if (BASE_DIR / "manage.py").is_file():
+        return BASE_DIR / "var"
+    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data_home) / "effectgate"
+
+
+VAR_DIR = Path(os.environ.get("EFFECTGATE_VAR_DIR") or _default_var_dir())
 
 
 def _env_bool(name: str, default: bool) -> bool:
@@ -48,6 +56,13 @@ def _local_secret(name: str) -> str:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as handle:
             handle.write(secrets.token_urlsafe(50))
+    # A key another local user could have written (or can read) signs nothing here.
+    info = path.stat()
+    if info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        raise ImproperlyConfigured(
+            f"{path} must belong to this user and be readable by nobody else "
+            f"(chmod 600), or set SECRET_KEY."
+        )
     return path.read_text().strip()
 
 

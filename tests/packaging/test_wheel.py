@@ -7,8 +7,9 @@ console's templates and static files and the API, all from the installed package
 client's own wheel installed beside it, talking to that server.
 
 SQLite on purpose: what is under test is the package, and the embedded default is what a
-first ``pip install`` runs on; it also shows that ``var/`` lands in the working folder,
-not in site-packages.
+first ``pip install`` runs on; it also shows where an installed Effectgate keeps its local
+state: one folder per user (``$XDG_DATA_HOME/effectgate``), not site-packages, not the
+working folder.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ def installed(tmp_path_factory):
     for name in SOURCES:
         origin = ROOT / name
         if origin.is_dir():
-            shutil.copytree(origin, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+            shutil.copytree(
+                origin, source / name, ignore=shutil.ignore_patterns("__pycache__", "build")
+            )
         else:
             source.mkdir(exist_ok=True)
             shutil.copy2(origin, source / name)
@@ -73,7 +76,9 @@ def installed(tmp_path_factory):
     (wheel,) = dist.glob("effectgate-0*.whl")
     # The client is its own distribution: built the same way, installed beside the server.
     shutil.copytree(
-        ROOT / "client", base / "client", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+        ROOT / "client",
+        base / "client",
+        ignore=shutil.ignore_patterns("__pycache__", "*.egg-info", "build"),
     )
     run(
         [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
@@ -90,6 +95,7 @@ def installed(tmp_path_factory):
     )  # fmt: skip
     work = base / "somewhere"
     work.mkdir()
+    env["XDG_DATA_HOME"] = str(base / "data")
     env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
     return bindir, work, env, (wheel, client_wheel)
 
@@ -99,14 +105,13 @@ def test_the_wheel_carries_the_console_and_not_the_tests(installed):
     import zipfile
 
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in [
-        "console/templates/console/base.html",
-        "console/templates/registration/login.html",
-        "console/static/css/console.css",
-        "console/static/js/console.js",
-        "console/wsgi.py",
-        "operations/migrations/0001_initial.py",
-    ]:
+    tracked = subprocess.run(
+        ["git", "ls-files", "console/templates", "console/static"],
+        cwd=ROOT, capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    tracked = [name for name in tracked if not Path(name).name.startswith(".")]
+    assert len(tracked) > 20
+    for needed in [*tracked, "console/wsgi.py", "operations/migrations/0001_initial.py"]:
         assert needed in names, f"{needed} is not in {wheel.name}"
     assert not [name for name in names if name.startswith(("tests/", "bench/", "client/"))]
     assert not [name for name in names if name.startswith("effectgate_client/")], (
@@ -134,7 +139,11 @@ def test_the_installed_package_runs_from_any_folder(installed):
         assert re.search(rf"^\s+{command}$", commands, re.MULTILINE), command
 
     run([str(bindir / "effectgate"), "migrate", "--noinput", "-v0"], cwd=work, env=env)
-    assert (work / "var" / "effectgate.sqlite3").is_file(), "the database belongs in ./var"
+    state = Path(env["XDG_DATA_HOME"]) / "effectgate"
+    assert (state / "effectgate.sqlite3").is_file(), "the database belongs in the user's folder"
+    assert (state / "secret_key").stat().st_mode & 0o777 == 0o600
+    assert not (work / "var").exists(), "nothing is left in the working folder"
+    assert not list(bindir.parent.glob("lib/python*/site-packages/var"))
     created = run([str(bindir / "effectgate"), "runner", "create", "wheelbot"], cwd=work, env=env)
     token = re.search(r"egr_\S+", created).group(0)
     run([str(bindir / "effectgate"), "collectstatic", "--noinput", "-v0"], cwd=work, env=env)
@@ -156,7 +165,9 @@ def test_the_installed_package_runs_from_any_folder(installed):
         assert stylesheet, "the login page links no versioned stylesheet"
         css = httpx.get(base + stylesheet.group(1))
         assert css.status_code == 200
-        assert css.content == (ROOT / "console/static/css/console.css").read_bytes()
+        assert css.headers["content-type"].startswith("text/css")
+        source = (ROOT / "console/static/css/console.css").read_bytes()
+        assert css.content[:400] == source[:400], "the console's own stylesheet"
         assert httpx.get(f"{base}/api/docs/").status_code == 200
 
         auth = {"Authorization": f"Bearer {token}"}
