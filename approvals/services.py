@@ -2,7 +2,7 @@
 
 These functions work on the objects they are handed and never import operations;
 ``operations.services`` calls them inside its own transaction and applies the
-operation transition that follows (style.md). Each returns what happened so the caller
+operation transition that follows. Each returns what happened so the caller
 can write the event beside it.
 """
 

@@ -2,7 +2,7 @@
 
 The services call these functions to enforce; the views, templates and selectors call
 the same functions to decide what to show and list, so the button a person sees and
-the refusal they would get cannot disagree (style.md, rule 3). A ``*_refusal`` function
+the refusal they would get cannot disagree (docs/architecture.md). A ``*_refusal`` function
 answers why not (a sentence for the person) or None; a ``may_*`` function answers yes
 or no; a ``require_*`` function raises ``PermissionRefused``.
 

@@ -3,7 +3,7 @@
 One module per concern; this package re-exports the public names, so callers write
 ``from operations import services`` and ``services.attempt_claim(...)``.
 
-Rules (style.md):
+Rules (docs/architecture.md says where each lives):
 
 - Each public function takes keyword-only arguments, including who acts, and runs in
   one ``transaction.atomic`` (``durable=True`` on the runner's hot path: registration,

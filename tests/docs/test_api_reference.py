@@ -31,7 +31,6 @@ HTTP_METHODS = ("get", "put", "post", "patch", "delete")
 CODE_SPAN = re.compile(r"`([^`\n]+)`")
 # A span that names an endpoint: the method in capitals, one space, the path.
 ENDPOINT_SPAN = re.compile(r"^(GET|PUT|POST|PATCH|DELETE) (/\S*)$")
-# References to documents that are not in the repository.
 
 
 def _spans(text: str) -> set[str]:
@@ -159,11 +158,11 @@ def test_every_problem_code_is_documented():
     codes = _server_problem_codes()
     # The collection itself must keep working: these come from each source above.
     assert {"stale_attempt", "decision_refused", "not_acceptable", "internal_error"} <= codes
-    spans = _spans(_api_text())
+    spans = _spans(_section(_api_text(), "Errors"))
     missing = sorted(codes - spans)
     assert not missing, (
-        "docs/api.md names no problem with these codes (add each, as a code span, to the "
-        "table in 'Errors' and to the refusals of the endpoints that answer it):\n  "
+        "the Errors section of docs/api.md names no problem with these codes (add each, as "
+        "a code span, to its table and to the refusals of the endpoints that answer it):\n  "
         + "\n  ".join(missing)
     )
 

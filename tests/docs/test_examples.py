@@ -159,7 +159,8 @@ def provider():
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("block", RUNNABLE, ids=lambda block: block.where)
 def test_runnable_example(block, live_server, provider, settings, tmp_path):
-    # The provider's lookups are on loopback, as in a deployment that lists its host.
+    # The docs tell the reader to list the provider's host in RECONCILE_ALLOWED_HOSTS;
+    # here the provider is on loopback.
     settings.RECONCILE_ALLOWED_HOSTS = ["127.0.0.1"]
     values = {"effectgate": live_server.url, "token": make_runner().token, "provider": provider.url}
     chain = _chain(block)
@@ -169,10 +170,16 @@ def test_runnable_example(block, live_server, provider, settings, tmp_path):
     source = _filled(source, values)
     script = tmp_path / ("example.py" if block.kind == "python" else "example.sh")
     script.write_text(source)
-    command = [sys.executable, str(script)] if block.kind == "python" else ["bash", str(script)]
+    command = (
+        [sys.executable, str(script)]
+        if block.kind == "python"
+        else ["bash", "-euo", "pipefail", str(script)]  # a failing step fails the example
+    )
     env = {
-        **os.environ,
+        **{key: value for key, value in os.environ.items() if key != "OPENAI_API_KEY"},
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        # The OpenAI Agents SDK would export traces to OpenAI: no network but PyPI here.
+        "OPENAI_AGENTS_DISABLE_TRACING": "1",
     }
     done = subprocess.run(
         command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False

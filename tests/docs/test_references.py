@@ -10,7 +10,24 @@ from tests.docs.blocks import ROOT, doc_files
 SOURCE_DIRS = ("operations", "approvals", "console", "client", "bench", "tests", "deploy")
 SUFFIXES = {".py", ".html", ".js", ".css", ".toml", ".cfg", ".ini", ".yml", ".yaml", ".sh"}
 SKIPPED = {"__pycache__", "build", "node_modules", "staticfiles"}
-OUTSIDE_REFERENCE = re.compile(r"product\.md|\bof the design\b", re.IGNORECASE)
+OUTSIDE_REFERENCE = re.compile(r"\bof the design\b", re.IGNORECASE)
+# A document named by its file name: it must be one of the repository's.
+MARKDOWN_NAME = re.compile(r"(?<![\w/.-])(?:[\w.-]+/)*([\w-]+\.md)\b")
+
+
+def _skipped(path: Path) -> bool:
+    parts = set(path.relative_to(ROOT).parts)
+    return bool(parts & (SKIPPED | {".venv", ".git"})) or any(
+        part.endswith(".egg-info") for part in parts
+    )
+
+
+def test_markdown_names_are_read_whole():
+    assert [m.group(1) for m in MARKDOWN_NAME.finditer("see docs/api.md and style.md.")] == [
+        "api.md",
+        "style.md",
+    ]
+    assert not list(MARKDOWN_NAME.finditer("https://x.example/a.mdx"))
 
 
 def _source_files() -> list[Path]:
@@ -32,12 +49,19 @@ def test_the_scan_reads_the_source():
     assert not any("/build/" in name or "__pycache__" in name for name in names)
 
 
+def _outside(line: str, documents: set[str]) -> bool:
+    named = {match.group(1) for match in MARKDOWN_NAME.finditer(line)}
+    return bool(OUTSIDE_REFERENCE.search(line) or named - documents)
+
+
 def test_nothing_refers_to_a_document_outside_the_repository():
+    documents = {path.name for path in ROOT.rglob("*.md") if not _skipped(path)}
+    assert {"api.md", "README.md", "client.md"} <= documents
     found = [
         f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
         for path in [*doc_files(), *_source_files()]
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
-        if OUTSIDE_REFERENCE.search(line)
+        if _outside(line, documents)
     ]
     assert not found, (
         "these lines cite a document that is not in the repository (state the rule in a "
