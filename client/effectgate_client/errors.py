@@ -76,18 +76,26 @@ class ContractNotActiveWarning(UserWarning):
 
 def inactive_contract_message(answer: dict[str, Any]) -> str:
     """What a stored-but-inactive contract version means, and what a person must do."""
-    reasons = "; ".join(answer.get("weakens") or []) or "no reason given"
-    active = answer.get("active_version")
+    name, version, active = answer.get("name"), answer.get("version"), answer.get("active_version")
     now = (
         f"until then operations run under version {active}"
         if active is not None
         else "until then the tool has no active version and operations of it are refused"
     )
+    weakens = answer.get("weakens") or []
+    if not weakens:
+        # An unchanged contract whose version a person has since replaced as the active one.
+        return (
+            f"Version {version} of {name} is stored but not active: a person made version "
+            f"{active} the active one. A person allowed to activate the tool can activate "
+            f"version {version} again on the tool's console page (Tools, {name}, Versions); "
+            f"{now}."
+        )
     return (
-        f"Effectgate stored version {answer.get('version')} of {answer.get('name')} but did "
-        f"not activate it: it weakens the active version ({reasons}). A person allowed to "
-        "activate the tool, who does not own this runner, must review it and press Activate "
-        f"on the tool's console page (Tools, {answer.get('name')}, Versions); {now}."
+        f"Effectgate stored version {version} of {name} but did not activate it: it "
+        f"weakens the active version ({'; '.join(weakens)}). A person allowed to activate "
+        "the tool, who does not own this runner, must review it and press Activate on the "
+        f"tool's console page (Tools, {name}, Versions); {now}."
     )
 
 

@@ -65,3 +65,25 @@ def test_the_switch_takes_only_its_two_values(client):
     with pytest.raises(ValueError, match="'raise' or 'warn'"):
         client.put_tool("refund", STRICT, inactive="ignore")
     assert not Tool.objects.filter(pk="refund").exists(), "refused before any request"
+
+
+def test_an_unchanged_contract_a_person_replaced_says_so(client):
+    # A person made version 1 active again after the stronger version 2 activated itself:
+    # the runner putting version 2's contract is told that, not of a weakening.
+    from guardian.shortcuts import assign_perm
+
+    from operations import services
+    from tests.approvals.conftest import person
+
+    client.put_tool("refund", WEAKER)
+    client.put_tool("refund", STRICT)
+    operator = person()
+    tool = Tool.objects.get(pk="refund")
+    assign_perm("operations.activate_tool", operator, tool)
+    services.tool_version_activate(version=tool.versions.get(number=1), user=operator)
+
+    with pytest.raises(ContractNotActive) as raised:
+        client.put_tool("refund", STRICT)
+    assert raised.value.weakens == []
+    assert "a person made version 1 the active one" in str(raised.value)
+    assert "weakens" not in str(raised.value)
