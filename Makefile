@@ -8,8 +8,6 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml client/pyproject.toml | cksum | cut -d' ' -f1)
 AXE_STAMP := node_modules/.installed-$(shell cksum package-lock.json | cut -d' ' -f1)
 CHROMIUM := /usr/bin/chromium
-# The README's curl example reads answers with jq; the doc tests run it.
-JQ := /usr/bin/jq
 PORT ?= 8000
 
 .PHONY: run test check lint format sweep
@@ -57,19 +55,23 @@ $(CHROMIUM):
 	        "the browser tests will fail. Install it with: apt-get install chromium"; \
 	fi
 
-$(JQ):
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "$@ is missing: installing Debian's jq and curl"; \
-	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq curl >/dev/null; \
-	else \
-	    echo "$@ is missing and cannot be installed here (needs root and apt-get):" \
-	        "the README's example test will fail. Install it with: apt-get install jq"; \
+# The README's curl example (a doc test) needs curl and jq.
+.PHONY: doc-tools
+doc-tools:
+	@if ! command -v jq >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	        echo "jq or curl is missing: installing Debian's jq and curl"; \
+	        DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq curl >/dev/null; \
+	    else \
+	        echo "jq or curl is missing and cannot be installed here (needs root and" \
+	            "apt-get): the README example's doc test will fail. apt-get install jq curl"; \
+	    fi; \
 	fi
 
 # Everything CI runs: lint, format check, migrations in step with the models, types,
 # import contracts, then the whole suite (PostgreSQL when DATABASE_URL points at it).
-test: $(STAMP) $(AXE_STAMP) $(CHROMIUM) $(JQ)
+test: $(STAMP) $(AXE_STAMP) $(CHROMIUM) doc-tools
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run
