@@ -327,8 +327,10 @@ def enter(op: Operation, *, to: Status, **kwargs: Any) -> Event:
         # The first lookup waits a short grace: a request the runner sent just before its
         # lease ran out may still be on its way to the provider, and a lookup that
         # answers "not found" before it lands would allow a second effect.
+        # Only a tool with a lookup is ever probed: for the others no lookup is due.
         grace = timedelta(seconds=settings.RECONCILE_FIRST_PROBE_DELAY_S)
-        kwargs.setdefault("next_probe_at", kwargs["now"] + grace)
+        looks_up = op.tool_version.contract["reconcile"]["mode"] == "lookup"
+        kwargs.setdefault("next_probe_at", kwargs["now"] + grace if looks_up else None)
         kwargs.setdefault("probes", 0)
     else:
         kwargs.setdefault("next_probe_at", None)

@@ -20,6 +20,22 @@ def _reconcile(api, op_id, body, expect=200):
     return response.json()
 
 
+def test_only_a_tool_with_a_lookup_has_a_lookup_due(api, settings):
+    manual = _unknown(api)  # the contract's default: people reconcile
+    assert api.get(f"/api/v1/operations/{manual['id']}").json()["next_probe_at"] is None
+
+    settings.RECONCILE_ALLOWED_HOSTS = ["127.0.0.1"]
+    body = contract("irreversible", approval={"mode": "never"})
+    body["reconcile"] = {"mode": "lookup", "url": "http://127.0.0.1:9/{idempotency_key}"}
+    api.tool("t_lookup", body)
+    op = api.register(api.run(), "t_lookup")
+    api.claim(op["id"])
+    api.outcome(op["id"], 1, {"kind": "unknown", "code": "timeout_unknown"})
+    looked_up = api.get(f"/api/v1/operations/{op['id']}").json()
+    assert looked_up["status"] == "outcome_unknown"
+    assert looked_up["next_probe_at"] is not None
+
+
 def test_committed_closes_as_succeeded_with_the_reference(api):
     op = _unknown(api)
     body = _reconcile(
