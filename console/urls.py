@@ -1,10 +1,10 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import include, path
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from console.views import health
-from operations import api
+from operations import api, problems
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
@@ -27,6 +27,8 @@ urlpatterns = [
         ),
         name="api-docs",
     ),
+    # Last: every other path of an API version answers a 404 problem, DEBUG or not.
+    re_path(r"^api/v\d+/", problems.api_not_found),
 ]
 
 handler404 = "operations.problems.api_handler404"

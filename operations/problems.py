@@ -9,6 +9,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied, RequestDataTooBig
 from django.http import Http404, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
@@ -133,11 +134,18 @@ def _json_problem(body: dict[str, Any]) -> JsonResponse:
     return JsonResponse(body, status=body["status"], content_type=CONTENT_TYPE)
 
 
+@csrf_exempt
+def api_not_found(request, *args: Any, **kwargs: Any) -> JsonResponse:
+    """Any other path under /api/v<n>/, whatever the method and DEBUG: a problem, never
+    an HTML page (Django's own 404 handler is not used while DEBUG is on)."""
+    return _json_problem(problem(404, "not_found", "Not found", "No such API resource."))
+
+
 def api_handler404(request, exception=None):
     from django.views.defaults import page_not_found
 
     if request.path.startswith("/api/"):
-        return _json_problem(problem(404, "not_found", "Not found", "No such API resource."))
+        return api_not_found(request)
     return page_not_found(request, exception)
 
 

@@ -157,3 +157,16 @@ def test_every_code_mapped_from_a_drf_exception_has_a_title():
     mapped = {code for _, code in problems._DRF_CODES} | {"invalid_request"}
     assert set(problems._DRF_TITLES) == mapped
     assert all("{" not in title for title in problems._DRF_TITLES.values())
+
+
+@pytest.mark.parametrize("debug", [True, False])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("get", "/api/v1/nope"), ("post", "/api/v2/tools"), ("get", "/api/v1/api/v1/tools/x")],
+)
+def test_an_unknown_api_path_is_a_problem_even_under_debug(api, settings, debug, method, path):
+    settings.DEBUG = debug
+    answer = getattr(api, method)(path)
+    assert answer.status_code == 404
+    assert answer["Content-Type"] == "application/problem+json"
+    assert answer.json()["code"] == "not_found"
