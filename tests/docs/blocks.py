@@ -2,12 +2,12 @@
 
 A ``python`` or ``sh`` block runs in CI (tests/docs/test_examples.py) unless its first line
 is ``# fragment: <why it cannot run alone>``; a fragment is still checked for syntax. A
-block whose first line is ``# continues the block above`` runs after the previous block
-of its language in the same file (and that one's predecessors). A ``text output`` block
-right after a runnable one holds lines its output must show, in order (``...`` stands for
-anything). A block with ``file=NAME`` in its info string is a file the runnable examples
-of the same document find in their working folder under that name (checked for syntax,
-not run).
+block whose first line is ``# continues the block above`` runs after the previous runnable
+block of its language in the same file (and that one's predecessors; fragments between
+them are skipped). A ``text output`` block right after a runnable one holds lines its
+output must show, in order (``...`` stands for anything). A block with ``file=NAME`` in
+its info string is a file the runnable examples of the same document find in their
+working folder under that name (checked for syntax, not run).
 """
 
 from __future__ import annotations

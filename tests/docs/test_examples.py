@@ -59,12 +59,13 @@ OPERATION_KEYS = [
 
 
 def _chain(block: Block) -> list[Block]:
-    """The block with the blocks it continues, first to last."""
+    """The block with the blocks it continues (the runnable ones above it, fragments
+    skipped), first to last."""
     chain = [block]
     while chain[0].continues:
         earlier = [
             other
-            for other in BLOCKS
+            for other in RUNNABLE
             if other.path == block.path and other.kind == block.kind and other.line < chain[0].line
         ]
         assert earlier, f"{chain[0].where} continues a block, but none of its kind is above it"
