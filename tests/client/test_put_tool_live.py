@@ -21,7 +21,8 @@ WEAKER = contract(
 
 @pytest.fixture
 def client(live_server):
-    return EffectgateClient(live_server.url, make_runner().token)
+    with EffectgateClient(live_server.url, make_runner().token) as client:
+        yield client
 
 
 def test_a_weakening_contract_raises_naming_the_reasons_and_what_to_do(client):
