@@ -27,47 +27,37 @@ run: $(STAMP)
 	@echo "Console: http://127.0.0.1:$(PORT)/   API docs: http://127.0.0.1:$(PORT)/api/docs/"
 	DEBUG=1 $(PY) manage.py runlocal 127.0.0.1:$(PORT)
 
-# axe-core, which the browser tests inject into pages (package.json). Debian's npm is
-# installed first when it is missing and we are root with apt-get.
-$(AXE_STAMP): package.json package-lock.json
-	@if ! command -v npm >/dev/null 2>&1; then \
-	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	        echo "npm is missing: installing Debian's nodejs and npm"; \
-	        DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; \
-	    else \
-	        echo "npm is missing and cannot be installed here (needs root and apt-get):" \
-	            "the browser tests will fail without node_modules/axe-core."; \
-	        exit 0; \
-	    fi; \
+# `apt_install PACKAGES WHAT-FAILS`, a shell function for the recipes below: installs
+# Debian packages when we are root with apt-get; otherwise says what will fail without them.
+APT_INSTALL = apt_install() { \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing Debian's $$1"; \
+	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$1 >/dev/null; \
+	else \
+	    echo "$$1: missing, and not installable here (needs root and apt-get): $$2"; \
 	fi; \
+}
+
+# axe-core, which the browser tests inject into pages (package.json), with Debian's npm
+# when it is missing.
+$(AXE_STAMP): package.json package-lock.json
+	@$(APT_INSTALL); \
+	command -v npm >/dev/null 2>&1 || \
+	    apt_install "nodejs npm" "the browser tests will fail without node_modules/axe-core."; \
+	command -v npm >/dev/null 2>&1 || exit 0; \
 	npm ci --no-audit --no-fund && touch $@
 
-# The browser tests drive Debian's chromium. Installed when missing if we are root with
-# apt-get; otherwise the browser tests fail and say so, as they should.
+# The browser tests drive Debian's chromium; without it they fail and say so.
 $(CHROMIUM):
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	    echo "$@ is missing: installing Debian's chromium"; \
-	    DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
-	else \
-	    echo "$@ is missing and cannot be installed here (needs root and apt-get):" \
-	        "the browser tests will fail. Install it with: apt-get install chromium"; \
-	fi
+	@$(APT_INSTALL); apt_install chromium "the browser tests will fail."
 
 # The README's curl example (a doc test) needs curl and jq.
 .PHONY: doc-tools
 doc-tools:
-	@if ! command -v jq >/dev/null 2>&1 || ! command -v curl >/dev/null 2>&1; then \
-	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
-	        echo "jq or curl is missing: installing Debian's jq and curl"; \
-	        DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
-	        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq jq curl >/dev/null; \
-	    else \
-	        echo "jq or curl is missing and cannot be installed here (needs root and" \
-	            "apt-get): the README example's doc test will fail. apt-get install jq curl"; \
-	    fi; \
-	fi
+	@$(APT_INSTALL); \
+	{ command -v jq && command -v curl; } >/dev/null 2>&1 || \
+	    apt_install "jq curl" "the README example's doc test will fail."
 
 # Everything CI runs: lint, format check, migrations in step with the models, types,
 # import contracts, then the whole suite (PostgreSQL when DATABASE_URL points at it).
