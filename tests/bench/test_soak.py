@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from tests.support.db import skip_unless_postgresql
+
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
-        reason="the soak's processes share PostgreSQL and Redis (the local mode is one "
+    skip_unless_postgresql(
+        "the soak's processes share PostgreSQL and Redis (the local mode is one "
         "process on SQLite); CI runs it on PostgreSQL",
     ),
 ]

@@ -5,13 +5,13 @@ from datetime import timedelta
 
 import pytest
 import time_machine
-from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
 from operations import search
 from operations.models import Operation, SavedView
 from tests.approvals.conftest import person
+from tests.support.db import skip_unless_postgresql
 
 from .conftest import client_for
 
@@ -162,9 +162,8 @@ def test_the_queue_keeps_saved_views_too(ops, viewer, superuser):
     assert 'href="?min_age_m=15&amp;tool=wipe"' in html
 
 
-@pytest.mark.skipif(
-    settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
-    reason="the trigram index exists only on PostgreSQL (SQLite, the local mode, scans)",
+@skip_unless_postgresql(
+    "the trigram index exists only on PostgreSQL (SQLite, the local mode, scans)",
 )
 def test_on_postgresql_the_trigram_index_answers_the_search(ops, viewer):
     queryset = search.substring_filter(Operation.objects.all(), "der-55")

@@ -21,6 +21,7 @@ from standardwebhooks.webhooks import Webhook
 
 from operations.models import DeliveryAttempt, Operation, OutboxMessage
 from tests.conftest import contract, make_runner
+from tests.support.db import skip_unless_postgresql
 from tests.support.receiver import Receiver
 
 REPO = Path(__file__).resolve().parents[2]
@@ -172,9 +173,8 @@ def test_two_workers_and_two_beats_do_the_work_nobody_asks_for(celery, receiver)
     assert {"operation.executing", "operation.outcome_unknown", "operation.rejected"} <= types
 
 
-@pytest.mark.skipif(
-    settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
-    reason="the beat lock is a PostgreSQL advisory lock (the local mode has no beat)",
+@skip_unless_postgresql(
+    "the beat lock is a PostgreSQL advisory lock (the local mode has no beat)",
 )
 def test_only_one_beat_sends_and_the_other_takes_over_when_it_dies(celery, tmp_path):
     workers = celery()

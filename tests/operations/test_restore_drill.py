@@ -13,12 +13,12 @@ from django.conf import settings
 
 from bench.stack import Stack, fresh_database
 from effectgate_client import EffectgateClient, Failed, Runner, Unknown
+from tests.support.db import skip_unless_postgresql
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(
-        settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
-        reason="the drill is pg_dump and pg_restore: PostgreSQL only (SQLite, the local "
+    skip_unless_postgresql(
+        "the drill is pg_dump and pg_restore: PostgreSQL only (SQLite, the local "
         "mode, is a file to copy); CI runs it on PostgreSQL",
     ),
 ]

@@ -2,11 +2,11 @@
 
 from io import StringIO
 
-import pytest
 from django.apps import apps
-from django.conf import settings
 from django.core.management import CommandError, call_command
 from django.db import connection
+
+from tests.support.db import skip_unless_postgresql
 
 # The tables a refused request must leave untouched.
 LEDGER_MODELS = (
@@ -52,9 +52,8 @@ def on_postgresql() -> bool:
     return connection.vendor == "postgresql"
 
 
-postgresql_only = pytest.mark.skipif(
-    settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
-    reason="needs PostgreSQL: the append-only triggers exist only there (SQLite, the local "
+postgresql_only = skip_unless_postgresql(
+    "needs PostgreSQL: the append-only triggers exist only there (SQLite, the local "
     "mode, has none); CI runs the suite on PostgreSQL",
 )
 

@@ -32,13 +32,13 @@ from operations import services, tokencache
 from operations.models import Runner, RunnerToken
 from tests.conftest import make_runner
 from tests.operations.test_celery import _database_url
+from tests.support.db import ON_POSTGRESQL, skip_unless_postgresql
 
 REPO = Path(__file__).resolve().parents[2]
 SERVERS = 3
 
-postgresql_only = pytest.mark.skipif(
-    settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
-    reason="needs PostgreSQL: the triggers that invalidate cached tokens exist only there, "
+postgresql_only = skip_unless_postgresql(
+    "needs PostgreSQL: the triggers that invalidate cached tokens exist only there, "
     "and on SQLite (the local mode) the cache is off; CI runs the suite on PostgreSQL",
 )
 
@@ -336,7 +336,7 @@ class Servers:
 
 @pytest.fixture(scope="module")
 def servers(django_db_setup, tmp_path_factory) -> Iterator[Servers]:
-    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    if not ON_POSTGRESQL:
         pytest.skip("the token cache is PostgreSQL only")
     started = Servers(tmp_path_factory.mktemp("token-cache"))
     try:
