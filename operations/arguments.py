@@ -15,13 +15,12 @@ import hashlib
 import hmac
 from typing import Any
 
-from jsonschema import Draft202012Validator
-
 from approvals.policy import is_missing, json_equal, parse_pointer, resolve_pointer
 
 from .canonical import canonical_json
 from .contracts import sensitive_paths
 from .errors import InvalidArguments
+from .schema_checks import MAX_STRING, TooComplex, bounded, validator_for
 
 SENSITIVE_PREFIX = "hmac-sha256:"
 
@@ -39,11 +38,47 @@ def _touches_secret(path: tuple, secrets: list[tuple[str, ...]]) -> bool:
     return False
 
 
+def _long_string(arguments: Any) -> str | None:
+    """The pointer of the first string (value or name) longer than MAX_STRING, if any."""
+    stack: list[tuple[str, Any]] = [("", arguments)]
+    while stack:
+        pointer, node = stack.pop()
+        if isinstance(node, str) and len(node) > MAX_STRING:
+            return pointer
+        if isinstance(node, dict):
+            for name, child in node.items():
+                if len(name) > MAX_STRING:
+                    return pointer
+                stack.append((pointer + _pointer((name,)), child))
+        elif isinstance(node, list):
+            stack.extend((f"{pointer}/{i}", child) for i, child in enumerate(node))
+    return None
+
+
+def _schema_errors(schema: dict[str, Any], document: Any) -> list[Any]:
+    """Every validation error, in path order, under the bounds of ``schema_checks``."""
+    long = _long_string(document)
+    if long is not None:
+        raise InvalidArguments(
+            f"A string in the arguments is longer than {MAX_STRING} characters.",
+            errors=[{"path": "/arguments" + long, "message": f"longer than {MAX_STRING}"}],
+        )
+    validator = validator_for(schema)
+    try:
+        return bounded(
+            lambda: sorted(validator.iter_errors(document), key=lambda e: list(e.absolute_path))
+        )
+    except TooComplex as exc:
+        raise InvalidArguments(
+            f"The arguments cannot be checked: {exc.reason}.",
+            errors=[{"path": "/arguments", "message": exc.reason}],
+        ) from None
+
+
 def validate_arguments(schema: dict[str, Any], arguments: Any) -> None:
     secrets = sensitive_paths(schema)
-    validator = Draft202012Validator(schema)
     errors = []
-    for error in sorted(validator.iter_errors(arguments), key=lambda e: list(e.absolute_path)):
+    for error in _schema_errors(schema, arguments):
         if _touches_secret(tuple(error.absolute_path), secrets):
             message = f"failed the {error.validator!r} check (value not shown: sensitive)"
         else:
@@ -91,10 +126,9 @@ def validate_frozen(schema: dict[str, Any], frozen: Any) -> None:
     a sensitive value is a digest there, so checks of it or inside it are skipped; every
     other error is reported as ``validate_arguments`` does."""
     secrets = sensitive_paths(schema)
-    validator = Draft202012Validator(schema)
     errors = [
         {"path": "/arguments" + _pointer(error.absolute_path), "message": error.message}
-        for error in sorted(validator.iter_errors(frozen), key=lambda e: list(e.absolute_path))
+        for error in _schema_errors(schema, frozen)
         if not _under_secret(tuple(error.absolute_path), secrets)
     ]
     if errors:

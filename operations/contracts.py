@@ -20,7 +20,9 @@ from approvals.policy import OPERATORS, json_equal, parse_pointer
 
 from .errors import InvalidContract
 from .machine import EFFECT_CLASS_RANK, OUTCOME_CODE_PATTERN, EffectClass
+from .schema_checks import schema_problems
 from .schema_paths import Unproven, format_pointer, format_types, locate
+from .schema_subsumption import widenings
 
 APPROVAL_MODE_RANK = {"never": 0, "rules": 1, "always": 2}
 DISPLAY_FORMATS = ("text", "money", "datetime", "email", "url")
@@ -299,6 +301,9 @@ def normalize_contract(body: Any) -> dict[str, Any]:
                 {"path": "/input_schema" + _error_path(exc.absolute_path), "message": exc.message}
             ],
         ) from exc
+    unsafe = schema_problems(schema)
+    if unsafe:
+        raise InvalidContract("input_schema cannot be applied safely.", errors=unsafe[:50])
     if schema.get("type") != "object":
         raise InvalidContract(
             "input_schema must describe an object.",
@@ -452,6 +457,32 @@ def _display_problems(display: dict[str, Any] | None) -> list[dict[str, str]]:
     return problems
 
 
+def summary_labels(contract: dict[str, Any]) -> dict[str, str] | None:
+    """The label the summary gives each top-level argument when the contract's display
+    has no summary template (``display.summary``): the display field's label, else the
+    schema's ``title``, else the name. None when a template writes the summary."""
+    display = contract.get("display") or {}
+    if display.get("summary"):
+        return None
+    schema = contract.get("input_schema")
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return {}
+    fields = display.get("fields", {})
+    labels = {}
+    for name, child in properties.items():
+        pointer = "/" + name.replace("~", "~0").replace("/", "~1")
+        title = child.get("title") if isinstance(child, dict) else None
+        labels[name] = fields.get(pointer, {}).get("label") or title or name
+    return labels
+
+
+def _titled(labels: dict[str, str] | None) -> dict[str, str] | None:
+    """The labels that are not the argument's own name (an untitled argument reads the
+    same whether the schema declares it or not)."""
+    return None if labels is None else {n: label for n, label in labels.items() if label != n}
+
+
 def weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Reasons why ``new`` is not proven to protect at least as much as ``old``.
 
@@ -469,6 +500,10 @@ def _setting_weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     if old.get("display") != new.get("display"):
         # What approvers read: a summary can mislead as well as a weaker rule.
         reasons.append("the display (the summary approvers read) changed")
+    elif _titled(summary_labels(old)) != _titled(summary_labels(new)):
+        # Without a template the summary names arguments by their schema titles
+        # ("Sandbox test, no money moves: 75000" reads as harmless).
+        reasons.append("the display (the summary approvers read) changed: an argument's title")
     if (
         EFFECT_CLASS_RANK[EffectClass(new["effect_class"])]
         < EFFECT_CLASS_RANK[EffectClass(old["effect_class"])]
@@ -567,4 +602,8 @@ def _place_weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             )
         if before.required and not after.required:
             reasons.append(f"{pointer} is no longer required")
+        reasons.extend(
+            f"{pointer} admits values the active version refused: {why}"
+            for why in widenings(old["input_schema"], new["input_schema"], tokens)
+        )
     return reasons

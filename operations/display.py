@@ -26,7 +26,7 @@ from typing import Any
 
 from approvals.policy import is_missing, parse_pointer, resolve_pointer
 
-from .contracts import DISPLAY_PLACEHOLDER, sensitive_paths
+from .contracts import DISPLAY_PLACEHOLDER, sensitive_paths, summary_labels
 
 SYMBOLS = {"EUR": "€", "USD": "$", "GBP": "£", "JPY": "¥", "CHF": "CHF "}
 # Currencies whose minor unit is not a hundredth.
@@ -127,6 +127,7 @@ def summary(contract: dict[str, Any], arguments: Any) -> str:
         return format_value(arguments)
     properties = schema.get("properties", {}) if isinstance(schema, dict) else {}
     required = schema.get("required", []) if isinstance(schema, dict) else []
+    labels = summary_labels(contract) or {}
     # Required arguments first, in the schema's order: extra ones a runner adds cannot
     # push the real ones out of the summary.
     names = [name for name in required if name in arguments]
@@ -135,10 +136,10 @@ def summary(contract: dict[str, Any], arguments: Any) -> str:
     parts = []
     for name in names[:FALLBACK_FIELDS]:
         pointer = "/" + name.replace("~", "~0").replace("/", "~1")
-        field = fields.get(pointer, {})
-        property_schema = properties.get(name) if isinstance(properties, dict) else None
-        label = field.get("label") or (property_schema or {}).get("title") or name
-        value = format_value(arguments[name], field, sensitive=_is_sensitive(pointer, secrets))
+        label = labels.get(name, name)
+        value = format_value(
+            arguments[name], fields.get(pointer), sensitive=_is_sensitive(pointer, secrets)
+        )
         parts.append(f"{label}: {value}")
     if len(names) > FALLBACK_FIELDS:
         parts.append("…")

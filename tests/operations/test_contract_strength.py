@@ -194,8 +194,22 @@ def test_a_ruled_field_that_becomes_optional_is_not_proven():
     assert reasons == ["/amount_cents (approval rule) is no longer required"]
 
 
-def test_adding_a_field_is_proven_as_strong():
-    assert _reasons(_guarded(), _guarded(_schema(_added))) == []
+def test_adding_a_field_to_a_closed_object_admits_more_and_is_not_proven():
+    """The active schema refused any other member (additionalProperties: false): a new
+    one (a second amount, say) is a value the protected object never admitted."""
+    admitted = "admits values the active version refused: at /: a member 'note' is admitted"
+    assert _reasons(_guarded(), _guarded(_schema(_added))) == [
+        f"/amount_cents (approval rule) {admitted}, and was refused",
+        f"/payment_id (concurrency key) {admitted}, and was refused",
+    ]
+
+
+def test_adding_a_field_to_an_open_object_is_proven_as_strong():
+    def open_schema(schema):
+        del schema["additionalProperties"]
+
+    before, after = _schema(open_schema), _schema(lambda s: (open_schema(s), _added(s)))
+    assert _reasons(_guarded(before), _guarded(after)) == []
 
 
 def test_narrowing_a_type_is_proven_as_strong():
@@ -218,7 +232,9 @@ def test_an_optional_value_that_may_now_be_a_string_is_not_proven():
         _guarded(nullable("integer", "null")), _guarded(nullable("integer", "string"))
     )
     assert reasons == [
-        "/amount_cents (approval rule) changes type from integer or null to integer or string"
+        "/amount_cents (approval rule) changes type from integer or null to integer or string",
+        "/amount_cents (approval rule) admits values the active version refused: at "
+        "/amount_cents: anyOf changed, and cannot be compared",
     ]
     assert _reasons(_guarded(nullable("integer", "null")), _guarded()) == []
 
@@ -263,7 +279,12 @@ def test_a_sensitive_field_must_stay_required_and_of_its_type():
 
 def test_rule_places_do_not_matter_once_every_operation_needs_approval():
     always = contract("irreversible", input_schema=_schema(_renamed), approval={"mode": "always"})
-    assert _reasons(_guarded(), always) == ["concurrency key removed or changed"]
+    assert _reasons(_guarded(), always) == [
+        "concurrency key removed or changed",
+        # The renamed member is one the active schema refused (additionalProperties).
+        "/payment_id (concurrency key) admits values the active version refused: at /: a "
+        "member 'amount' is admitted, and was refused",
+    ]
 
 
 def test_a_rule_whose_value_changes_json_type_is_a_change():
@@ -379,9 +400,12 @@ def test_api_a_weaker_place_is_stored_inactive(api, change, reason):
     assert Tool.objects.get(pk="refund").active_version.number == 1
 
 
-def test_api_adding_a_field_activates_the_new_version(api):
-    _put(api, _guarded())
-    body = _put(api, _guarded(_schema(_added))).json()
+def test_api_adding_a_field_to_an_open_object_activates_the_new_version(api):
+    def opened(schema):
+        del schema["additionalProperties"]
+
+    _put(api, _guarded(_schema(opened)))
+    body = _put(api, _guarded(_schema(lambda s: (opened(s), _added(s))))).json()
     assert (body["version"], body["active_version"], body["active"], body["weakens"]) == (
         2,
         2,
@@ -407,3 +431,229 @@ def test_api_a_rule_or_key_on_a_place_not_in_the_schema_is_422(api, body, error_
     assert response.json()["code"] == "invalid_contract"
     assert [error["path"] for error in response.json()["errors"]] == [error_path]
     assert not Tool.objects.filter(pk="refund").exists()
+
+
+# --- Admitted values: bounds, sizes, enums, patterns, members (issue 24) ---------------
+
+
+def _refunds(item: dict | None = None, array: dict | None = None, account=None, **root) -> dict:
+    """A schema with an approval rule at /refunds/0/amount and the concurrency key at
+    /account; each argument adds keywords to one node on those paths."""
+    return {
+        "type": "object",
+        "required": ["refunds", "account"],
+        "properties": {
+            "refunds": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["amount"],
+                    "properties": {"amount": {"type": "integer", **(item or {})}},
+                },
+                **(array or {}),
+            },
+            "account": account
+            or {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}},
+            "note": {"type": "string"},
+        },
+        **root,
+    }
+
+
+def _refund_contract(schema: dict) -> dict:
+    return contract(
+        "irreversible",
+        input_schema=schema,
+        approval={
+            "mode": "rules",
+            "rules": [{"path": "/refunds/0/amount", "op": "gt", "value": 100}],
+        },
+        concurrency_key="/account",
+    )
+
+
+def _widened(old: dict, new: dict) -> list[str]:
+    return _reasons(_refund_contract(old), _refund_contract(new))
+
+
+CLOSED_ACCOUNT = {
+    "type": "object",
+    "required": ["id"],
+    "properties": {"id": {"type": "string"}},
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "words"),
+    [
+        # The issue's reproductions.
+        (_refunds(array={"maxItems": 1}), _refunds(), "maxItems is gone, was 1"),
+        (_refunds(account=CLOSED_ACCOUNT), _refunds(), "members it does not declare are admitted"),
+        # Bounds and multiples at the place.
+        (_refunds({"maximum": 10}), _refunds({"maximum": 11}), "upper bound is 11, was 10"),
+        (_refunds({"exclusiveMaximum": 10}), _refunds({"maximum": 10}), "upper bound is 10"),
+        (_refunds({"minimum": 0}), _refunds(), "lower bound is none, was 0"),
+        (_refunds({"exclusiveMinimum": 0}), _refunds({"minimum": 0}), "lower bound"),
+        (_refunds({"multipleOf": 2}), _refunds({"multipleOf": 3}), "multiples of 2"),
+        (_refunds({"multipleOf": 2}), _refunds(), "multiples of 2"),
+        # Listed values.
+        (_refunds({"enum": [1, 2]}), _refunds({"enum": [1, 2, 3]}), "3 is admitted"),
+        (_refunds({"const": 5}), _refunds({"minimum": 5, "maximum": 5}), "only listed values"),
+        # Sizes and uniqueness on the ancestor array.
+        (_refunds(array={"maxItems": 2}), _refunds(array={"maxItems": 3}), "maxItems is 3"),
+        (_refunds(array={"minItems": 1}), _refunds(), "minItems is gone"),
+        (_refunds(array={"uniqueItems": True}), _refunds(), "no longer be unique"),
+        # Strings, patterns and formats inside the protected object.
+        (
+            _refunds(
+                account={**CLOSED_ACCOUNT, "properties": {"id": {"type": "string", "maxLength": 8}}}
+            ),
+            _refunds(account=CLOSED_ACCOUNT),
+            "maxLength is gone, was 8",
+        ),
+        (
+            _refunds(
+                account={
+                    **CLOSED_ACCOUNT,
+                    "properties": {"id": {"type": "string", "pattern": "^acct_"}},
+                }
+            ),
+            _refunds(
+                account={
+                    **CLOSED_ACCOUNT,
+                    "properties": {"id": {"type": "string", "pattern": "^a"}},
+                }
+            ),
+            'the pattern "^acct_" no longer applies',
+        ),
+        (
+            _refunds(
+                account={
+                    **CLOSED_ACCOUNT,
+                    "properties": {"id": {"type": "string", "format": "uuid"}},
+                }
+            ),
+            _refunds(account=CLOSED_ACCOUNT),
+            'the format "uuid" no longer applies',
+        ),
+        # Members of the protected object and of an ancestor.
+        (
+            _refunds(account={**CLOSED_ACCOUNT, "maxProperties": 1}),
+            _refunds(account={**CLOSED_ACCOUNT, "maxProperties": 2}),
+            "maxProperties is 2, was 1",
+        ),
+        (
+            _refunds(account={**CLOSED_ACCOUNT, "additionalProperties": {"type": "integer"}}),
+            _refunds(account={**CLOSED_ACCOUNT, "additionalProperties": {"type": "string"}}),
+            "string is admitted",
+        ),
+        (
+            _refunds(account={**CLOSED_ACCOUNT, "patternProperties": {"^x_": {"type": "integer"}}}),
+            _refunds(account={**CLOSED_ACCOUNT, "patternProperties": {"^x": {"type": "integer"}}}),
+            "other member names may be admitted",
+        ),
+        (_refunds(additionalProperties=False), _refunds(), "members it does not declare"),
+        (
+            _refunds(additionalProperties=False),
+            _refunds(additionalProperties=False, properties=None)
+            | {"properties": {**_refunds()["properties"], "refunds_2": {"type": "array"}}},
+            "a member 'refunds_2' is admitted, and was refused",
+        ),
+        (
+            _refunds(account={"type": "object", "propertyNames": {"maxLength": 2}}),
+            _refunds(account={"type": "object", "propertyNames": {"maxLength": 3}}),
+            "more member names",
+        ),
+        # What cannot be compared is a reason too.
+        (
+            _refunds({"oneOf": [{"minimum": 1}, {"maximum": -1}]}),
+            _refunds({"oneOf": [{"minimum": 1}, {"maximum": -2}]}),
+            "oneOf changed",
+        ),
+        (
+            _refunds(account={**CLOSED_ACCOUNT, "properties": {"id": {"not": {"const": ""}}}}),
+            _refunds(account=CLOSED_ACCOUNT | {"properties": {"id": {}}}),
+            "not changed",
+        ),
+    ],
+)
+def test_a_version_that_admits_new_values_at_a_protected_place_is_not_proven(old, new, words):
+    reasons = _widened(old, new)
+    assert any(words in reason for reason in reasons), reasons
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        (_refunds(), _refunds({"maximum": 10})),
+        (_refunds({"maximum": 10}), _refunds({"exclusiveMaximum": 10})),
+        (_refunds({"exclusiveMinimum": 0}), _refunds({"minimum": 1})),
+        (_refunds({"multipleOf": 2}), _refunds({"multipleOf": 4})),
+        (_refunds({"multipleOf": 1}), _refunds()),
+        (_refunds({"enum": [1, 2, 3]}), _refunds({"enum": [3, 1]})),
+        (_refunds({"minimum": 1, "maximum": 3}), _refunds({"enum": [1, 2]})),
+        (_refunds(array={"maxItems": 3}), _refunds(array={"maxItems": 1})),
+        (_refunds(array={"uniqueItems": True}), _refunds(array={"maxItems": 1})),
+        (
+            _refunds(account=CLOSED_ACCOUNT),
+            _refunds(account={**CLOSED_ACCOUNT, "maxProperties": 1}),
+        ),
+        (_refunds(), _refunds(additionalProperties=False)),
+        (
+            # A closed object with one member: only that name can occur.
+            _refunds(account={**CLOSED_ACCOUNT, "propertyNames": {"maxLength": 2}}),
+            _refunds(account=CLOSED_ACCOUNT),
+        ),
+        (
+            _refunds(account={**CLOSED_ACCOUNT, "properties": {"id": {"not": {"const": ""}}}}),
+            _refunds(
+                account={**CLOSED_ACCOUNT, "properties": {"id": {"not": {"enum": ["", "x"]}}}}
+            ),
+        ),
+        (
+            _refunds({"anyOf": [{"maximum": 5}, {"minimum": 100}]}),
+            _refunds({"maximum": 4}),
+        ),
+        (
+            # A sibling that is not protected may change freely.
+            _refunds(),
+            _refunds() | {"properties": {**_refunds()["properties"], "note": {"type": "integer"}}},
+        ),
+    ],
+)
+def test_a_version_that_admits_no_new_value_is_proven(old, new):
+    assert _widened(old, new) == []
+
+
+def test_a_changed_title_the_fallback_summary_shows_is_a_display_change():
+    titled = _schema(lambda s: s["properties"]["amount_cents"].update(title="Refund amount"))
+    sandbox = _schema(
+        lambda s: s["properties"]["amount_cents"].update(title="Sandbox test, no money moves")
+    )
+    assert _reasons(_guarded(titled), _guarded(sandbox)) == [
+        "the display (the summary approvers read) changed: an argument's title"
+    ]
+    template = {"summary": "Refund {/amount_cents}"}
+    assert _reasons(_guarded(titled, display=template), _guarded(sandbox, display=template)) == []
+
+
+def test_api_a_dropped_max_items_leaves_the_second_refund_behind_a_person(api):
+    """The issue's reproduction: the second element of an array whose first carries the
+    approval rule ran with no approval once maxItems was dropped."""
+    assert (
+        api.put(
+            "/api/v1/tools/split", _refund_contract(_refunds(array={"maxItems": 1}))
+        ).status_code
+        == 201
+    )
+    body = api.put("/api/v1/tools/split", _refund_contract(_refunds())).json()
+    assert (body["active"], body["active_version"]) == (False, 1)
+    assert any("maxItems is gone" in reason for reason in body["weakens"])
+    arguments = {"refunds": [{"amount": 1}, {"amount": 90000}], "account": {"id": "a"}}
+    response = api.post(
+        "/api/v1/operations",
+        {"run": api.run(), "tool": "split", "operation_key": "two", "arguments": arguments},
+    )
+    assert response.status_code == 422
+    assert response.json()["code"] == "invalid_arguments"
