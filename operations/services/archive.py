@@ -12,7 +12,7 @@ heads digest, so ``audit verify --archive FILE`` proves a kept file is the one r
 An operation stays live while anything live still points at it: a successor or retry
 (``previous``) that is not archived with it, or an event of another stream that names it.
 
-Archiving never loses the only copy: the file is complete, on disk
+Archiving never loses the only copy: one run at a time, the file is complete, on disk
 and verified before it takes its name (which it never takes from an existing file),
 and a run removes a file only when it made it and its own transaction rolled back
 (``archive_operations``).
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from django.core import serializers
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 from django.db.models import Model
 from django.utils import timezone
 
@@ -182,7 +182,8 @@ def archive_operations(*, before: datetime, path: Path, actor: Actor) -> Archive
     """Archive terminal operations older than ``before`` into ``path``, verify the
     file, then remove them and record the ``archived`` anchor event, in one transaction.
 
-    1. Lock the candidates and choose them again under the lock.
+    1. Take the archive lock, so that one run at a time chooses, writes and removes
+       (``_archive_lock``); lock the candidates and choose them again under the lock.
     2. Write the file under a temporary name in the target's folder (created
        exclusively, readable by its owner only), fsync it and verify it.
     3. Give it its name with a hard link, which never replaces a name that exists: of
@@ -205,6 +206,7 @@ def archive_operations(*, before: datetime, path: Path, actor: Actor) -> Archive
     committing = False
     try:
         with transaction.atomic(durable=True):
+            _archive_lock()
             op_ids = archive_candidates(before=before)
             list(Operation.objects.select_for_update().filter(pk__in=op_ids).values_list("pk"))
             op_ids = archive_candidates(before=before)
@@ -241,6 +243,29 @@ def archive_operations(*, before: datetime, path: Path, actor: Actor) -> Archive
             made.remove()
         raise
     return summary
+
+
+# pg_try_advisory_xact_lock keys are bigints; this one is "egarchiv" in ASCII.
+LOCK_KEY = int.from_bytes(b"egarchiv", "big") & 0x7FFF_FFFF_FFFF_FFFF
+
+
+def _archive_lock() -> None:
+    """One archive run at a time, from the choice of candidates to the commit.
+
+    On PostgreSQL a transaction-level advisory lock: released by the commit or the
+    rollback, also when the process dies with its connection; a second run is refused
+    at once rather than left waiting behind a long one. On SQLite (the local mode)
+    every transaction begins IMMEDIATE (``console/settings.py``): this one took the
+    database's write lock when it began, so a second run waits for the first to end
+    (the busy timeout) and then chooses among what is left.
+    """
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [LOCK_KEY])
+        row = cursor.fetchone()
+    if not (row and row[0]):
+        raise ArchiveError("Another archive run is under way; nothing was done. Try again later.")
 
 
 @dataclass

@@ -25,6 +25,7 @@ from operations.models import Event, Operation, OutboxMessage, Tool
 from operations.services import archive as archive_module
 from tests.approvals.conftest import person
 from tests.conftest import contract
+from tests.support.db import skip_unless_postgresql
 
 pytestmark = pytest.mark.django_db
 
@@ -221,9 +222,62 @@ def test_concurrent_archive_runs_never_lose_an_operation(
     refusals = [r for r in results if r.startswith("refused")]
     assert len(refusals) == runs - 1, results
     for refusal in refusals:
-        assert any(reason in refusal for reason in ("No terminal operation", "exists")), refusal
+        assert any(
+            reason in refusal
+            for reason in ("Another archive run", "No terminal operation", "exists")
+        ), refusal
     [kept] = _accounted_for(tmp_path, ids)
     assert sorted(_archived_ids(kept)) == sorted([ledger["approved"]["id"], ledger["failed"]["id"]])
+
+
+@pytest.mark.django_db(transaction=True)
+@skip_unless_postgresql(
+    "the archive lock is a PostgreSQL advisory lock; on SQLite the IMMEDIATE transaction "
+    "makes a second run wait instead (the concurrent test above runs there too)"
+)
+def test_a_second_run_while_one_is_under_way_is_refused_at_once(ledger, tmp_path, monkeypatch):
+    """The first run holds its transaction (its file written and verified) until the
+    second has been answered: the second is refused by the lock, not left to wait on
+    the first run's row locks and find nothing."""
+    inside, answered = threading.Event(), threading.Event()
+    verify = archive_module.archive_verify_file
+
+    def verify_and_hold(path):
+        summary = verify(path)
+        inside.set()
+        answered.wait(timeout=10)
+        return summary
+
+    monkeypatch.setattr(archive_module, "archive_verify_file", verify_and_hold)
+    first = tmp_path / "first.jsonl"
+
+    def first_run() -> str:
+        try:
+            out = StringIO()
+            call_command("archive", "--before", _old_enough(), "--to", str(first), stdout=out)
+            return out.getvalue()
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(first_run)
+        assert inside.wait(timeout=30)
+        started = time.monotonic()
+        with pytest.raises(CommandError, match="Another archive run is under way"):
+            call_command(
+                "archive",
+                "--before",
+                _old_enough(),
+                "--to",
+                str(tmp_path / "second.jsonl"),
+                stdout=StringIO(),
+            )
+        waited = time.monotonic() - started
+        answered.set()
+        assert running.result().startswith("Archived 2 operations")
+    assert waited < 5
+    ids = [ledger[name]["id"] for name in ("approved", "failed", "waiting", "recent")]
+    assert _accounted_for(tmp_path, ids) == [first]
 
 
 def test_a_run_with_nothing_left_to_archive_leaves_an_existing_file_alone(ledger, tmp_path):
