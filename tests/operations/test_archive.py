@@ -320,6 +320,22 @@ def test_a_target_that_appears_during_the_run_is_refused_and_left_alone(
     assert not Event.objects.filter(stream="archive").exists()
 
 
+def test_a_folder_without_hard_links_is_refused_and_nothing_is_removed(
+    ledger, tmp_path, monkeypatch
+):
+    def no_hard_links(source, target):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", no_hard_links)
+    path = tmp_path / "2026-09.jsonl"
+    with pytest.raises(CommandError, match="Cannot name the archive"):
+        call_command("archive", "--before", _old_enough(), "--to", str(path), stdout=StringIO())
+    assert list(tmp_path.iterdir()) == []
+    ids = [ledger[name]["id"] for name in ("approved", "failed", "waiting", "recent")]
+    assert Operation.objects.filter(pk__in=ids).count() == 4
+    assert not Event.objects.filter(stream="archive").exists()
+
+
 def test_a_failure_after_the_file_is_in_place_removes_only_this_runs_file(
     ledger, tmp_path, monkeypatch
 ):
