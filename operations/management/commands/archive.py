@@ -25,8 +25,6 @@ class Command(BaseCommand):
             raise CommandError(f"--before takes a date such as 2026-01-31: {exc}") from exc
         before = datetime.combine(day, time.min, UTC)
         path: Path = options["to"]
-        if path.exists():
-            raise CommandError(f"{path} exists: choose a new file.")
         try:
             summary = archive_operations(before=before, path=path, actor=Actor.system("archive"))
         except ArchiveError as exc:
