@@ -2,19 +2,68 @@
 
 The admin writes nothing a service does not: every ledger model is read-only here
 (``ReadOnlyAdmin``), except the changes that go through a service with their event (a
-runner's owner, restriction and activity) and the actions that call one (activating a
-version, revoking a token). No page shows a secret or offers a drop-down of every row
-of a table.
+runner's owner, restriction and activity; a tool's object permissions) and the actions
+that call one (activating a version, revoking a token). No page shows a secret or
+offers a drop-down of every row of a table.
 """
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin, messages
-from guardian.admin import GuardedModelAdmin
+from django.http import HttpRequest
+from guardian.admin import (
+    AdminGroupObjectPermissionsForm,
+    AdminUserObjectPermissionsForm,
+    GuardedModelAdmin,
+)
 
 from approvals.admin import ReadOnlyAdmin
 from approvals.errors import Refusal
 
 from . import access, services
 from .models import Attempt, Event, Operation, Run, Runner, RunnerToken, Tool, ToolVersion
+
+
+def _people_permission_choices() -> list[tuple[str, str]]:
+    names = dict(Tool._meta.permissions)
+    return [
+        (codename, names[codename])
+        for codename in (perm.split(".", 1)[1] for perm in access.PEOPLE_TOOL_PERMISSIONS)
+    ]
+
+
+class _ToolPermissionsForm:
+    """Guardian's permission form, saved through ``services.tool_permissions_set`` (one
+    event per change) and offering only the permissions people hold on a tool."""
+
+    acting_user: Any = None
+    holder: Any
+    obj: Any
+    cleaned_data: dict[str, Any]
+
+    def get_obj_perms_field_choices(self) -> list[tuple[str, str]]:
+        return _people_permission_choices()
+
+    def save_obj_perms(self) -> None:
+        services.tool_permissions_set(
+            tool=self.obj,
+            holder=self.holder,
+            perms=self.cleaned_data["permissions"],
+            user=self.acting_user,
+        )
+
+
+class _UserToolPermissionsForm(_ToolPermissionsForm, AdminUserObjectPermissionsForm):
+    @property
+    def holder(self) -> Any:
+        return self.user
+
+
+class _GroupToolPermissionsForm(_ToolPermissionsForm, AdminGroupObjectPermissionsForm):
+    @property
+    def holder(self) -> Any:
+        return self.group
 
 
 @admin.register(Tool)
@@ -50,11 +99,22 @@ class ToolAdmin(GuardedModelAdmin):
 
     def has_change_permission(self, request, obj=None):
         # Guardian's permission pages ask about the model (obj None): that is the one
-        # change made here. A tool's own columns are never changed in the admin.
-        return obj is None and super().has_change_permission(request)
+        # change made here, and services.tool_permissions_set judges it by the same
+        # access function. A tool's own columns are never changed in the admin.
+        return obj is None and access.may_manage_tool_permissions(request.user)
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def get_obj_perms_manage_user_form(self, request: HttpRequest) -> type[forms.Form]:
+        return type(
+            "UserToolPermissionsForm", (_UserToolPermissionsForm,), {"acting_user": request.user}
+        )
+
+    def get_obj_perms_manage_group_form(self, request: HttpRequest) -> type[forms.Form]:
+        return type(
+            "GroupToolPermissionsForm", (_GroupToolPermissionsForm,), {"acting_user": request.user}
+        )
 
 
 @admin.register(ToolVersion)

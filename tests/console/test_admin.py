@@ -7,11 +7,11 @@ site, so a model registered later is checked without anyone remembering to add i
 import pytest
 from django.contrib import admin
 from django.contrib.admin import helpers
-from django.contrib.auth.models import Permission
+from django.contrib.auth.models import Group, Permission
 from django.test import Client, RequestFactory
 from django.urls import reverse
 from django_otp.plugins.otp_totp.models import TOTPDevice
-from guardian.shortcuts import get_perms
+from guardian.shortcuts import get_group_perms, get_perms
 
 from approvals.models import ApprovalRequest, Decision, Grant
 from operations import services
@@ -349,6 +349,60 @@ def test_the_revoke_action_revokes_through_the_service_with_its_event(ledger):
     assert response.status_code == 200
     assert RunnerToken.objects.get(pk=token.pk).revoked_at is not None
     assert Event.objects.filter(stream=f"runner:{token.runner_id}", kind="token_revoked").exists()
+
+
+def test_object_permissions_set_in_the_admin_are_events_on_the_tools_stream(ledger):
+    """The permission pages of a tool stay (they are how a person is allowed to decide);
+    each change goes through the service and is recorded."""
+    tool = ledger["tool"]
+    alice = person(username="alice")
+    approvers = Group.objects.create(name="approvers")
+    client = _client(person(is_superuser=True, is_staff=True))
+    user_page = _url(Tool, "permissions_manage_user", tool.pk, alice.pk)
+    group_page = _url(Tool, "permissions_manage_group", tool.pk, approvers.pk)
+
+    assert (
+        client.post(user_page, {"permissions": ["decide_tool", "reconcile_tool"]}).status_code
+        == 302
+    )
+    assert client.post(user_page, {"permissions": ["reconcile_tool"]}).status_code == 302
+    assert client.post(group_page, {"permissions": ["activate_tool"]}).status_code == 302
+
+    assert get_perms(alice, tool) == ["reconcile_tool"]
+    assert get_group_perms(approvers, tool).get() == "activate_tool"
+    changes = Event.objects.filter(stream="tool:refund", kind="tool_permissions_changed")
+    assert [event.data for event in changes.order_by("seq")] == [
+        {"holder": "user:alice", "granted": ["decide_tool", "reconcile_tool"], "revoked": []},
+        {"holder": "user:alice", "granted": [], "revoked": ["decide_tool"]},
+        {"holder": "group:approvers", "granted": ["activate_tool"], "revoked": []},
+    ]
+
+
+def test_the_permission_pages_offer_only_what_people_hold_and_keep_a_runners_invoke(ledger):
+    """``invoke_tool`` is a runner's, set by tool_invoker_set: the page neither offers it
+    nor takes it away when it saves the service user's other permissions."""
+    tool = ledger["tool"]
+    runner = ledger["other runner"]
+    owner = ledger["api"].runner
+    services.tool_invoker_set(
+        tool=tool, runner=runner, allow=True, actor=services.Actor.of_runner(owner)
+    )
+    client = _client(person(is_superuser=True, is_staff=True))
+    page = _url(Tool, "permissions_manage_user", tool.pk, runner.service_user.pk)
+    html = client.get(page).content.decode()
+    assert 'value="decide_tool"' in html
+    assert 'value="invoke_tool"' not in html
+    assert 'value="change_tool"' not in html
+
+    refused = client.post(page, {"permissions": ["invoke_tool", "change_tool"]})
+    assert refused.status_code == 200  # the form answers what is wrong
+    assert get_perms(runner.service_user, tool) == ["invoke_tool"]
+    assert not Event.objects.filter(kind="tool_permissions_changed").exists()
+
+    assert client.post(page, {"permissions": ["reconcile_tool"]}).status_code == 302
+    assert sorted(get_perms(runner.service_user, tool)) == ["invoke_tool", "reconcile_tool"]
+    change = Event.objects.get(kind="tool_permissions_changed")
+    assert (change.data["granted"], change.data["revoked"]) == (["reconcile_tool"], [])
 
 
 def test_staff_without_change_tool_cannot_set_permissions_on_a_tool(ledger):
