@@ -4,7 +4,14 @@ from .models import ApprovalRequest, Decision, Grant
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """Audit records are shown, never added, edited or deleted in the admin."""
+    """Ledger rows are shown, never added, edited or deleted in the admin.
+
+    Every change of such a row goes through a service that writes its event in the same
+    transaction; a form that saved the row itself would change it behind the ledger's
+    back (and ``audit verify`` could not tell). Without the delete permission the admin
+    also drops its bulk ``delete_selected`` action. An action that calls a service is
+    still offered: the service decides whether the person may.
+    """
 
     def has_add_permission(self, request):
         return False

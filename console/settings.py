@@ -450,6 +450,9 @@ LOGGING["loggers"]["axes"] = {"level": "WARNING"}
 # irreversible tool's approvals needs a session verified with a one-time password.
 REQUIRE_TOTP_FOR_IRREVERSIBLE = _env_bool("REQUIRE_TOTP_FOR_IRREVERSIBLE", False)
 OTP_TOTP_ISSUER = os.environ.get("OTP_TOTP_ISSUER", "Effectgate")
+# The admin's device pages show no key and no QR code of an enrolled device: whoever
+# reads either can make that person's codes.
+OTP_ADMIN_HIDE_SENSITIVE_DATA = True
 
 # Append-only audit tables (operations/triggers.py): installed by pgtrigger after every
 # migrate, without migration files. SQLite has no such triggers.

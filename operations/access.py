@@ -38,6 +38,10 @@ ACTIVATE = "operations.activate_tool"
 INVOKE = "operations.invoke_tool"
 CANCEL_RUN = "operations.change_run"
 MANAGE_RUNNERS = "operations.change_runner"
+MANAGE_TOOL_PERMISSIONS = "operations.change_tool"
+# The object permissions people hold on a tool. ``INVOKE`` is a runner's, set only by
+# ``services.tool_invoker_set``.
+PEOPLE_TOOL_PERMISSIONS = (DECIDE, RECONCILE, ACTIVATE)
 
 SECOND_FACTOR_REFUSAL = (
     "Deciding on this operation needs a one-time password: verify your session with "
@@ -247,6 +251,18 @@ def tool_permissions_held(user: Any, tools: Sequence[Tool]) -> dict[str, list[st
         ]
         for tool in tools
     }
+
+
+def may_manage_tool_permissions(user: Any) -> bool:
+    """Who may set who decides, reconciles and activates on a tool (the admin's object
+    permission pages): the built-in model permission ``operations.change_tool``. No
+    column of a tool changes in the admin; this is all that permission allows."""
+    return _holds(user, MANAGE_TOOL_PERMISSIONS)
+
+
+def require_manage_tool_permissions(user: Any) -> None:
+    if not may_manage_tool_permissions(user):
+        raise PermissionRefused("Setting permissions on tools needs the 'change tool' permission.")
 
 
 def may_operate_breaker(user: Any, tool: Tool) -> bool:

@@ -1,32 +1,120 @@
-"""Django admin for superusers: permissions per tool, runners, and read-only ledgers.
+"""Django admin for superusers: the ledger to read, and the few writes that services make.
 
-Writes that change the ledger go through services (activation, token revocation); the
-admin never edits operations, attempts or events.
+The admin writes nothing a service does not: every ledger model is read-only here
+(``ReadOnlyAdmin``), except the changes that go through a service with their event (a
+runner's owner, restriction and activity; a tool's object permissions) and the actions
+that call one (activating a version, revoking a token). No page shows a secret or
+offers a drop-down of every row of a table.
 """
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin, messages
-from guardian.admin import GuardedModelAdmin
+from django.http import HttpRequest
+from guardian.admin import (
+    AdminGroupObjectPermissionsForm,
+    AdminUserObjectPermissionsForm,
+    GuardedModelAdmin,
+)
 
 from approvals.admin import ReadOnlyAdmin
 from approvals.errors import Refusal
 
-from . import services
+from . import access, services
 from .models import Attempt, Event, Operation, Run, Runner, RunnerToken, Tool, ToolVersion
+
+
+def _people_permission_choices() -> list[tuple[str, str]]:
+    names = dict(Tool._meta.permissions)
+    return [
+        (codename, names[codename])
+        for codename in (perm.split(".", 1)[1] for perm in access.PEOPLE_TOOL_PERMISSIONS)
+    ]
+
+
+class _ToolPermissionsForm:
+    """Guardian's permission form, saved through ``services.tool_permissions_set`` (one
+    event per change) and offering only the permissions people hold on a tool."""
+
+    acting_user: Any = None
+    holder: Any
+    obj: Any
+    cleaned_data: dict[str, Any]
+
+    def get_obj_perms_field_choices(self) -> list[tuple[str, str]]:
+        return _people_permission_choices()
+
+    def save_obj_perms(self) -> None:
+        services.tool_permissions_set(
+            tool=self.obj,
+            holder=self.holder,
+            perms=self.cleaned_data["permissions"],
+            user=self.acting_user,
+        )
+
+
+class _UserToolPermissionsForm(_ToolPermissionsForm, AdminUserObjectPermissionsForm):
+    @property
+    def holder(self) -> Any:
+        return self.user
+
+
+class _GroupToolPermissionsForm(_ToolPermissionsForm, AdminGroupObjectPermissionsForm):
+    @property
+    def holder(self) -> Any:
+        return self.group
 
 
 @admin.register(Tool)
 class ToolAdmin(GuardedModelAdmin):
-    """Object permissions per tool: decide, reconcile, activate, invoke (by runners)."""
+    """A tool, read-only, and its object permissions: decide, reconcile, activate.
 
-    list_display = ["name", "active_version", "created_at"]
-    readonly_fields = ["name", "active_version", "created_at"]
+    The owner, the breaker and the inbound secret change only in the console or with
+    ``manage.py tool``, each through its service and event.
+    """
+
+    list_display = ["name", "owner", "active_version", "breaker_state", "created_at"]
+    # Every field is read-only even where the page would allow a change: a read-only
+    # foreign key renders the one row it names, never a drop-down of the table.
+    fields = readonly_fields = (
+        "name",
+        "owner",
+        "active_version",
+        "created_at",
+        "inbound_secret",
+        "breaker_state",
+        "breaker_failures",
+        "breaker_opened_at",
+        "breaker_probe",
+    )
     search_fields = ["name"]
+
+    @admin.display(description="Inbound secret")
+    def inbound_secret(self, tool: Tool) -> str:
+        return "set" if tool.inbound_secret_encrypted else "not set"
 
     def has_add_permission(self, request):
         return False
 
+    def has_change_permission(self, request, obj=None):
+        # Guardian's permission pages ask about the model (obj None): that is the one
+        # change made here, and services.tool_permissions_set judges it by the same
+        # access function. A tool's own columns are never changed in the admin.
+        return obj is None and access.may_manage_tool_permissions(request.user)
+
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def get_obj_perms_manage_user_form(self, request: HttpRequest) -> type[forms.Form]:
+        return type(
+            "UserToolPermissionsForm", (_UserToolPermissionsForm,), {"acting_user": request.user}
+        )
+
+    def get_obj_perms_manage_group_form(self, request: HttpRequest) -> type[forms.Form]:
+        return type(
+            "GroupToolPermissionsForm", (_GroupToolPermissionsForm,), {"acting_user": request.user}
+        )
 
 
 @admin.register(ToolVersion)
@@ -45,23 +133,22 @@ class ToolVersionAdmin(ReadOnlyAdmin):
             else:
                 self.message_user(request, f"{version} is now active.", messages.SUCCESS)
 
-    def has_change_permission(self, request, obj=None):
-        # The action needs change permission to be offered; edits stay impossible
-        # because every field is read-only.
-        return request.user.is_superuser
-
-    def get_readonly_fields(self, request, obj=None):
-        return [field.name for field in self.model._meta.fields]
-
 
 @admin.register(Runner)
 class RunnerAdmin(admin.ModelAdmin):
     list_display = ["name", "owner", "restrict_tools", "is_active", "created_at"]
     fields = ["name", "owner", "restrict_tools", "is_active"]
     readonly_fields = ["name"]
+    # A text box for the owner's id, not a drop-down of every account.
+    raw_id_fields = ["owner"]
 
     def has_add_permission(self, request):
         # Runners are created with `manage.py runner create`, which prints the token once.
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        # A runner is deactivated (an event), never deleted: its tokens, endpoints and
+        # the history its events name would go with it.
         return False
 
     def save_model(self, request, obj, form, change):
@@ -81,26 +168,14 @@ class RunnerTokenAdmin(ReadOnlyAdmin):
     exclude = ["token_hash"]
     actions = ["revoke"]
 
-    @admin.action(description="Revoke the selected tokens")
+    @admin.action(description="Revoke the selected tokens", permissions=["manage_runners"])
     def revoke(self, request, queryset):
         for token in queryset:
-            services.token_revoke(token=token, actor=services.Actor.of_user(request.user))
+            services.token_revoke_by_user(token=token, user=request.user)
         self.message_user(request, "Revoked.", messages.SUCCESS)
 
-    def has_change_permission(self, request, obj=None):
-        return request.user.is_superuser
-
-    def get_readonly_fields(self, request, obj=None):
-        return [
-            "prefix",
-            "runner",
-            "scopes",
-            "label",
-            "created_at",
-            "expires_at",
-            "last_used_at",
-            "revoked_at",
-        ]
+    def has_manage_runners_permission(self, request):
+        return access.may_manage_runners(request.user)
 
 
 @admin.register(Run)

@@ -1,4 +1,4 @@
-"""A Python client for Effectgate's runner API. Needs httpx only, never Django.
+"""A Python client for Effectgate's runner API. Needs httpx and rfc8785 only, never Django.
 
 ``EffectgateClient`` is one method per endpoint, repeating its own calls when an answer
 is lost; ``Runner.execute`` follows the whole protocol for one tool call (register,

@@ -67,6 +67,7 @@ from .sweep import (
 from .tools import (
     ToolRegistration,
     tool_invoker_set,
+    tool_permissions_set,
     tool_register,
     tool_transfer,
     tool_version_activate,
@@ -119,6 +120,7 @@ __all__ = [
     "tool_breaker_set",
     "tool_inbound_secret_set",
     "tool_invoker_set",
+    "tool_permissions_set",
     "tool_register",
     "tool_transfer",
     "tool_version_activate",

@@ -1,13 +1,15 @@
-"""Tool contracts: versions and their activation by a person; ownership of a tool and
-the runners allowed to invoke it."""
+"""Tool contracts: versions and their activation by a person; ownership of a tool, the
+runners allowed to invoke it and the people allowed to decide, reconcile and activate."""
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from guardian.shortcuts import assign_perm, remove_perm
+from guardian.shortcuts import assign_perm, get_group_perms, get_user_perms, remove_perm
 
 from approvals.errors import PermissionRefused
 
@@ -203,5 +205,45 @@ def tool_invoker_set(*, tool: Tool, runner: Runner, allow: bool, actor: Actor) -
             actor=actor,
             tool_name=tool.name,
             data={"runner": runner.name},
+        )
+    return tool
+
+
+def tool_permissions_set(*, tool: Tool, holder: Any, perms: Collection[str], user: Any) -> Tool:
+    """Set which of decide, reconcile and activate (codenames) ``holder``, a person or a
+    group, holds on ``tool``; the admin's object permission pages call this.
+
+    Approvals, reconciliation and activation rest on who holds these, so each change is
+    an event on the tool's stream naming the holder, what was granted and what was
+    taken away. Permissions outside those three (a runner's ``invoke_tool``) are left
+    as they are.
+    """
+    access.require_manage_tool_permissions(user)
+    offered = {perm.split(".", 1)[1] for perm in access.PEOPLE_TOOL_PERMISSIONS}
+    wanted = set(perms)
+    if not wanted <= offered:
+        raise errors.InvalidRequest(f"Only {', '.join(sorted(offered))} are set here.")
+    is_group = isinstance(holder, Group)
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update().get(pk=tool.pk)
+        held = get_group_perms(holder, tool) if is_group else get_user_perms(holder, tool)
+        current = set(held) & offered
+        granted, revoked = sorted(wanted - current), sorted(current - wanted)
+        if not granted and not revoked:
+            return tool
+        for perm in revoked:
+            remove_perm(perm, holder, tool)
+        for perm in granted:
+            assign_perm(perm, holder, tool)
+        event_append(
+            stream=f"tool:{tool.name}",
+            kind="tool_permissions_changed",
+            actor=Actor.of_user(user),
+            tool_name=tool.name,
+            data={
+                "holder": f"group:{holder.name}" if is_group else f"user:{holder.get_username()}",
+                "granted": granted,
+                "revoked": revoked,
+            },
         )
     return tool

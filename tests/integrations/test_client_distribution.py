@@ -1,6 +1,6 @@
 """The client stands alone: its wheel, built from client/pyproject.toml, installs into a
 clean virtual environment and works there from a folder outside the checkout, with
-httpx and no Django."""
+httpx and rfc8785 and no Django."""
 
 import json
 import subprocess
@@ -17,11 +17,13 @@ PROBE = """
 import importlib.metadata as metadata, json, sys
 import effectgate_client
 from effectgate_client import EffectgateClient, Runner, Succeeded
+from effectgate_client.integrations._common import derived_key
 client = EffectgateClient("http://127.0.0.1:9", "egt_not_a_token")
 runner = Runner(client)
 client.close()
 print(json.dumps({
     "file": effectgate_client.__file__,
+    "key": derived_key("mcp", "s", "t", {"amount_cents": 500.0}),
     "django": sorted(m for m in sys.modules if m.split(".")[0] == "django"),
     "requires": metadata.requires("effectgate-client"),
     "scripts": [e.name for e in metadata.entry_points(group="console_scripts")
@@ -51,7 +53,9 @@ def test_the_client_wheel_installs_and_runs_without_the_server(tmp_path):
     assert found["file"].startswith(str(env_dir)), found["file"]
     assert found["django"] == []
     required = [r for r in found["requires"] if "extra ==" not in r]
-    assert [r.split(">")[0].split("<")[0].strip() for r in required] == ["httpx"]
+    assert [r.split(">")[0].split("<")[0].strip() for r in required] == ["httpx", "rfc8785"]
+    # Derived keys need the canonical JSON, installed with the client itself.
+    assert found["key"].startswith("eg:")
     extras = {
         r.split("extra ==")[1].strip().strip("'\"") for r in found["requires"] if "extra" in r
     }

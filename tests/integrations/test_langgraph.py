@@ -182,3 +182,29 @@ def test_outside_a_graph_a_pending_approval_is_waited_for_not_raised(world):
     envelope = json.loads(guarded.invoke(ARGS))
     assert envelope["status"] == "awaiting_approval"
     assert refunds == []
+
+
+def test_without_a_call_id_500_then_500_0_is_one_operation_and_one_refund(world):
+    """Without a tool-call id the key is derived from the arguments; it follows their
+    RFC 8785 canonical form, so the same amount written as a float is the same call."""
+    refunds = []
+
+    @tool
+    def send_refund(payment_id: str, amount_cents: int | float) -> str:
+        """Refund a payment (the union keeps the number as the caller wrote it)."""
+        refunds.append((payment_id, amount_cents))
+        return "ok"
+
+    guarded = guard(
+        send_refund,
+        runner=Runner(world, lease_s=10),
+        run=world.create_run(principal="user:alice")["id"],
+        contract=contract("irreversible"),
+    )
+    first = json.loads(guarded.invoke({"payment_id": "pay_1", "amount_cents": 500}, CONFIG))
+    second = json.loads(guarded.invoke({"amount_cents": 500.0, "payment_id": "pay_1"}, CONFIG))
+    assert first["status"] == second["status"] == "succeeded"
+    operation = Operation.objects.get()
+    assert first["logical_operation_id"] == second["logical_operation_id"] == operation.id
+    assert operation.attempts == 1
+    assert refunds == [("pay_1", 500)]

@@ -31,6 +31,7 @@ from mcp_types import REQUEST_TIMEOUT, Implementation
 
 from effectgate_client.integrations.mcp_gateway import derive_operation_key
 from operations import services
+from operations.canonical import intent_hash
 from operations.models import Operation, Tool
 from tests.approvals.conftest import person
 from tests.integrations.conftest import (
@@ -573,6 +574,68 @@ def test_derived_keys_name_the_session_tool_and_canonical_arguments():
     assert len(key) <= 255
     assert key != derive_operation_key("user:alice|other", "send_refund", {"a": 1, "b": [2]})
     assert key != derive_operation_key("user:alice|refund-agent", "send_refund", {"a": 2})
+
+
+def test_one_intent_written_as_500_or_500_0_or_in_another_key_order_derives_one_key():
+    """The key follows the RFC 8785 canonical form, as the intent hash does: arguments
+    that are one intent to Effectgate are one operation, however their JSON was written."""
+    session, tool = "user:alice|refund-agent", "send_refund"
+    first = json.loads('{"payment_id": "pay_\u00e9", "amount_cents": 500}')
+    key = derive_operation_key(session, tool, first)
+    for text in (
+        '{"payment_id": "pay_\u00e9", "amount_cents": 500.0}',
+        '{"amount_cents": 5e2, "payment_id": "pay_\\u00e9"}',
+        '{"amount_cents": 500.000, "payment_id": "pay_\\u00E9"}',
+    ):
+        again = json.loads(text)
+        assert intent_hash(tool=tool, arguments=again, principal="user:alice") == intent_hash(
+            tool=tool, arguments=first, principal="user:alice"
+        )
+        assert derive_operation_key(session, tool, again) == key, text
+    assert derive_operation_key(session, tool, {**first, "amount_cents": 500.5}) != key
+
+
+def test_keys_of_integer_and_string_arguments_are_those_earlier_releases_derived():
+    """For integers and strings the canonical form is the text earlier gateways hashed,
+    so a call retried across an upgrade keeps its key (and its operation)."""
+    arguments = {"payment_id": "pay_1", "amount_cents": 500}
+    key = derive_operation_key("user:alice|refund-agent", "send_refund", arguments)
+    assert key == "eg:fb4bc2df0e50d8f565dcb0065dc07bd46c38652c"
+
+
+def test_arguments_without_a_canonical_form_still_derive_a_stable_key():
+    """An integer beyond ±(2^53-1) or a NaN has no RFC 8785 form; Effectgate refuses such
+    arguments itself, so the gateway only needs a key to send them with, not an error."""
+    for arguments in ({"amount_cents": 2**60}, {"amount_cents": float("nan")}):
+        key = derive_operation_key("s", "send_refund", arguments)
+        assert key == derive_operation_key("s", "send_refund", dict(arguments))
+        assert key.startswith("eg:")
+
+
+def test_a_call_repeated_with_500_0_for_500_is_one_operation_and_one_refund(
+    mcp_config, mcp_effectgate, mcp_ledger, tmp_path
+):
+    """A client that sends the amount again as a float (a different JSON library, a
+    round trip through JavaScript) makes the same call: one operation, one refund."""
+    config = mcp_config()
+
+    async def twice():
+        with (tmp_path / "stderr.log").open("w") as errlog:
+            async with gateway_stdio(config, mcp_effectgate.token, errlog) as session:
+                first = await session.call_tool(
+                    "send_refund", {"payment_id": "pay_1", "amount_cents": 500}
+                )
+                second = await session.call_tool(
+                    "send_refund", {"amount_cents": 500.0, "payment_id": "pay_1"}
+                )
+                return first, second
+
+    first, second = run_in_thread(anyio.run, twice)
+    assert envelope_of(first)["status"] == envelope_of(second)["status"] == "succeeded"
+    operation = Operation.objects.get()
+    assert envelope_of(second)["logical_operation_id"] == operation.id
+    assert operation.attempts == 1
+    assert mcp_ledger.effects == 1
 
 
 def test_principal_from_client_info(mcp_config, mcp_effectgate, tmp_path):

@@ -7,10 +7,16 @@ from guardian.shortcuts import assign_perm
 
 from approvals.errors import PermissionRefused
 from operations import services
-from operations.errors import ToolNotOwned
+from operations.errors import InvalidRequest, ToolNotOwned
 from operations.models import Event, Tool, ToolVersion
 from tests.approvals.conftest import person
 from tests.conftest import contract
+
+
+def person_reloaded(user):
+    """The person as a new request sees them (Django caches permissions per object)."""
+    return type(user).objects.get(pk=user.pk)
+
 
 BREAKER = {"failure_codes": ["upstream_5xx"], "threshold": 1, "cooldown_s": 3600}
 
@@ -176,3 +182,41 @@ def test_a_person_who_manages_runners_reaches_any_tool_page(api):
     client = Client()
     client.force_login(operator)
     assert "Transfer the tool to it" in client.get("/tools/t/").content.decode()
+
+
+def test_only_a_person_with_change_tool_sets_who_decides_on_a_tool(api):
+    api.tool("t", contract())
+    tool = Tool.objects.get(pk="t")
+    alice = person()
+    staff = person(is_staff=True)
+    with pytest.raises(PermissionRefused):
+        services.tool_permissions_set(tool=tool, holder=alice, perms=["decide_tool"], user=staff)
+    assert not alice.has_perm("operations.decide_tool", tool)
+    assert not Event.objects.filter(kind="tool_permissions_changed").exists()
+
+    assign_perm("operations.change_tool", staff)
+    staff = person_reloaded(staff)
+    services.tool_permissions_set(tool=tool, holder=alice, perms=["decide_tool"], user=staff)
+    assert person_reloaded(alice).has_perm("operations.decide_tool", tool)
+    event = Event.objects.get(kind="tool_permissions_changed")
+    assert (event.stream, event.actor_user_id) == ("tool:t", staff.pk)
+
+
+def test_setting_the_same_permissions_again_writes_no_event(api):
+    api.tool("t", contract())
+    tool = Tool.objects.get(pk="t")
+    alice, admin = person(), person(is_superuser=True)
+    for _ in range(2):
+        services.tool_permissions_set(tool=tool, holder=alice, perms=["reconcile_tool"], user=admin)
+    assert Event.objects.filter(kind="tool_permissions_changed").count() == 1
+
+
+def test_invoke_and_model_permissions_are_not_set_as_a_persons_tool_permissions(api):
+    api.tool("t", contract())
+    tool = Tool.objects.get(pk="t")
+    alice, admin = person(), person(is_superuser=True)
+    for perm in ("invoke_tool", "change_tool"):
+        with pytest.raises(InvalidRequest):
+            services.tool_permissions_set(tool=tool, holder=alice, perms=[perm], user=admin)
+    assert not person_reloaded(alice).has_perm("operations.invoke_tool", tool)
+    assert not Event.objects.filter(kind="tool_permissions_changed").exists()

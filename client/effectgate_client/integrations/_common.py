@@ -8,6 +8,8 @@ import hashlib
 import json
 from typing import Any
 
+import rfc8785
+
 from ..errors import EffectgateError, ProblemError, TransportError
 from ..runner import AttemptContext, Runner, ToolCallResult
 
@@ -32,9 +34,20 @@ def register_contract(runner: Runner, name: str, contract: dict[str, Any] | None
 
 
 def derived_key(*parts: Any) -> str:
-    """An operation key from what identifies one intended call (canonical JSON)."""
-    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "eg:" + hashlib.sha256(text.encode()).hexdigest()[:40]
+    """An operation key from what identifies one intended call.
+
+    The parts are hashed in their RFC 8785 canonical form, the form Effectgate's intent
+    hash uses: arguments that are one intent to Effectgate (``500`` and ``500.0``, keys
+    in any order, a character written escaped or not) give one key, so a repeated call
+    is the same operation instead of a second effect.
+    """
+    try:
+        text = rfc8785.dumps(list(parts))
+    except rfc8785.CanonicalizationError:
+        # No canonical form (an integer beyond ±(2^53-1), NaN, Infinity): Effectgate
+        # refuses such arguments itself, so the key only has to be stable for them.
+        text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return "eg:" + hashlib.sha256(text).hexdigest()[:40]
 
 
 def for_model(result: ToolCallResult) -> dict[str, Any]:

@@ -11,7 +11,7 @@ or rejected. Resumed too early, it interrupts again.
 
 The operation key is the tool's name and the model's tool-call id, so a graph that
 replays a step (a retry, a resume) repeats no effect; without a call id, the run, the
-thread id, the tool and the arguments. The wrapped tool runs inside the attempt
+thread id, the tool and the canonical arguments. The wrapped tool runs inside the attempt
 (``current_attempt().idempotency_key`` is the key for the provider); let its errors
 propagate (``handle_tool_error`` off): an error turned into text looks like a success.
 """
