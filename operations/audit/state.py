@@ -16,7 +16,7 @@ from approvals.models import ApprovalRequest, Decision, Grant
 from ..canonical import intent_hash, sha256_hex
 from ..models import Event, Operation, Resolution, ResolutionReview, Run, Tool, ToolVersion
 from ..payloads import iso
-from ..services.terms import approval_terms
+from ..services.terms import RUN_BUDGET_COLUMNS, approval_terms, run_budgets, run_terms
 from .chains import CHUNK
 
 
@@ -513,19 +513,66 @@ def _operations() -> Iterator[Unexplained]:
             yield Unexplained("operations.Operation", row["pk"], problem)
 
 
+def _created_with(row: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The budgets a run was created with, and what says so: its ``run_created``
+    event's ``terms`` (``services.terms.run_terms``), or for an event written before
+    they were recorded there, the columns its ``budgets`` (as the runner sent them) set
+    at the event's time (``services.terms.run_budgets``)."""
+    created = row["created"]
+    if isinstance(created.get("terms"), dict):
+        return created["terms"], "its run_created event opened it with"
+    budgets = created.get("budgets")
+    try:
+        derived = run_terms(SimpleNamespace(**run_budgets(budgets, now=row["created_event_at"])))
+    except (AttributeError, TypeError, ValueError, ArithmeticError):
+        # A forged event's budgets that no run could have been created with.
+        derived = dict.fromkeys(RUN_BUDGET_COLUMNS, _shown(budgets))
+    return derived, "its run_created event's budgets give"
+
+
 def _runs() -> Iterator[Unexplained]:
-    """Every run's stream starts with ``run_created``; its status is the last ``to``."""
+    """Every run's stream starts with ``run_created``, written by the run's runner for
+    its principal; its budgets are the ones that event opened it with; its status is
+    the last ``to``."""
     events = Event.objects.filter(stream=OuterRef("pk"))
+    created = events.filter(seq=1, kind="run_created")
     rows = Run.objects.annotate(
         first_kind=Subquery(events.filter(seq=1).values("kind")[:1]),
         last_to=Subquery(events.order_by("-seq").values("to_status")[:1]),
-    ).values("pk", "status", "first_kind", "last_to")
+        created=_first_data(created),
+        created_event_at=Subquery(created.values("at")[:1]),
+        created_by=Subquery(created.values("actor_runner_id")[:1]),
+    ).values(
+        "pk",
+        "status",
+        "runner_id",
+        "principal",
+        *RUN_BUDGET_COLUMNS,
+        "first_kind",
+        "last_to",
+        "created",
+        "created_event_at",
+        "created_by",
+    )
     for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
         problem = None
-        if row["first_kind"] != "run_created":
+        if row["first_kind"] != "run_created" or not isinstance(row["created"], dict):
             problem = "its stream does not start with run_created"
+        elif row["created_by"] != row["runner_id"]:
+            problem = (
+                f"its runner_id is {_shown(row['runner_id'])}, but its run_created event "
+                f"was written by runner {_shown(row['created_by'])}"
+            )
+        elif row["created"].get("principal") != row["principal"]:
+            problem = (
+                f"its principal is {_shown(row['principal'])}, but its run_created event "
+                f"says {_shown(row['created'].get('principal'))}"
+            )
         elif row["status"] != row["last_to"]:
             problem = f"its status is {row['status']}, but its last event left it {row['last_to']}"
+        else:
+            mine = run_terms(SimpleNamespace(**{key: row[key] for key in RUN_BUDGET_COLUMNS}))
+            problem = _differences(mine, *_created_with(row))
         if problem:
             yield Unexplained("operations.Run", row["pk"], problem)
 

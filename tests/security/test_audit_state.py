@@ -596,9 +596,58 @@ def test_people_unbarred_from_a_request_are_named(api):
     ]
 
 
+def test_a_run_budget_raised_in_sql_lets_another_call_through_and_verify_names_the_run(api):
+    api.tool("t", contract("idempotent"))
+    run = api.run(max_tool_calls=1, max_spend=0.1234565, deadline_s=600)
+    api.register(run, "t")
+    api.register(run, "t", expect=409)
+    _sql("UPDATE operations_run SET max_tool_calls = 100 WHERE id = %s", [run])
+    api.register(run, "t")
+    assert Run.objects.get(pk=run).tool_calls == 2
+    code, out = audit_verify()
+    assert code == 1
+    assert (
+        f"UNEXPLAINED operations.Run {run}: its max_tool_calls is 100, but its run_created "
+        "event opened it with 1" in out
+    )
+
+    created = Run.objects.get(pk=run)
+    # Rounded half up to the column's six places, on every database.
+    assert str(created.max_spend) == "0.123457"
+    later = created.deadline_at + timedelta(days=1)
+    _sql(
+        "UPDATE operations_run SET max_tool_calls = 1, max_spend = 1000, deadline_s = NULL, "
+        "deadline_at = %s WHERE id = %s",
+        [later, run],
+    )
+    assert _unexplained() == [
+        f"operations.Run {run}: its deadline_s is null, but its run_created event opened it "
+        f'with 600; its max_spend is "1000.000000", but its run_created event opened it '
+        f'with "0.123457"; its deadline_at is "{iso(later)}", but its run_created event '
+        f'opened it with "{iso(created.deadline_at)}"'
+    ]
+
+
+def test_a_run_moved_to_another_principal_or_runner_is_named(api, other_api):
+    run = api.run(principal="user:alice")
+    _sql("UPDATE operations_run SET principal = 'user:mallory' WHERE id = %s", [run])
+    assert _unexplained() == [
+        f'operations.Run {run}: its principal is "user:mallory", but its run_created event '
+        'says "user:alice"'
+    ]
+    _sql(
+        "UPDATE operations_run SET principal = 'user:alice', runner_id = %s WHERE id = %s",
+        [other_api.runner.pk, run],
+    )
+    assert _unexplained() == [
+        f'operations.Run {run}: its runner_id is "{other_api.runner.pk}", but its run_created '
+        f'event was written by runner "{api.runner.pk}"'
+    ]
+
+
 def _as_written_before_terms(*streams: str) -> None:
     """Rewrite ``streams`` as the previous release wrote them: no ``terms`` in the
-    events that open requests, no ``deciders`` in ``granted``; chained again."""
+    events that open requests and runs, no ``deciders`` in ``granted``; chained again."""
     with tampering():
         for stream in streams:
             prev = services.GENESIS_HASH
@@ -617,7 +666,7 @@ def test_rows_opened_before_the_events_held_their_terms_are_compared_with_the_co
     approved = _pending(api, approvals_required=2, request_ttl_s=600)
     _decide(approved, _decider("pay"))
     _decide(approved, _decider("pay"))
-    op = api.register(api.run(principal="user:nobody"), "pay")
+    op = api.register(api.run(principal="user:nobody", max_tool_calls=5), "pay")
     run = Operation.objects.get(pk=op["id"]).run_id
     streams = [approved["id"], op["id"], run, Operation.objects.get(pk=approved["id"]).run_id]
     _as_written_before_terms(*streams)
@@ -633,10 +682,13 @@ def test_rows_opened_before_the_events_held_their_terms_are_compared_with_the_co
         "WHERE id = %s",
         [later, request.pk],
     )
+    _sql("UPDATE operations_run SET max_tool_calls = 50 WHERE id = %s", [run])
     source = "its contract version and its approval_requested event's time give"
     assert _unexplained() == [
         f"approvals.ApprovalRequest {request.pk}: its approvals_required is 1, but {source} "
-        f'2; its expires_at is "{iso(later)}", but {source} "{iso(request.expires_at)}"'
+        f'2; its expires_at is "{iso(later)}", but {source} "{iso(request.expires_at)}"',
+        f"operations.Run {run}: its max_tool_calls is 50, but its run_created event's "
+        "budgets give 5",
     ]
 
 
