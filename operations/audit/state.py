@@ -9,13 +9,14 @@ from types import SimpleNamespace
 from typing import Any
 
 from django.db.models import Exists, F, IntegerField, JSONField, OuterRef, Q, QuerySet, Subquery
-from django.db.models.fields.json import KT, KeyTransform
+from django.db.models.fields.json import KT, KeyTextTransform, KeyTransform
 
 from approvals.models import ApprovalRequest, Decision, Grant
 
 from ..canonical import intent_hash, sha256_hex
 from ..models import Event, Operation, Resolution, ResolutionReview, Run, Tool, ToolVersion
 from ..payloads import iso
+from ..services.registration import concurrency_value
 from ..services.terms import RUN_BUDGET_COLUMNS, approval_terms, run_budgets, run_terms
 from .chains import CHUNK
 
@@ -441,9 +442,64 @@ def _jump(stream: str, seq: int) -> str:
     )
 
 
+def _recomputed_concurrency(row: dict[str, Any]) -> str | None:
+    """The concurrency value of the operation's stored arguments under its contract
+    version's ``concurrency_key``, or the stored one when the arguments cannot be
+    canonicalized any more (see ``_recomputed_intent``)."""
+    try:
+        return concurrency_value({"concurrency_key": row["concurrency_key"]}, row["arguments"])
+    except ValueError:
+        return row["concurrency_value"]
+
+
+def _contract_columns(row: dict[str, Any]) -> str | None:
+    """What is wrong with the columns an operation took from its contract version, its
+    run and its runner when it was registered, or None."""
+    registered = row["registered"]
+    if row["tool_version__tool_id"] != row["tool_id"]:
+        return (
+            f"its tool_version is a version of {row['tool_version__tool_id']}, not of its "
+            f"tool {row['tool_id']}"
+        )
+    if row["effect_class"] != row["contract_effect_class"]:
+        return (
+            f"its effect_class is {_shown(row['effect_class'])}, but its contract version "
+            f"says {_shown(row['contract_effect_class'])}"
+        )
+    recomputed = _recomputed_concurrency(row)
+    if recomputed != row["concurrency_value"]:
+        return (
+            f"its concurrency_value is {_shown(row['concurrency_value'])}, but its arguments "
+            f"and contract version give {_shown(recomputed)}"
+        )
+    # Registered events written before they recorded the deadline are compared on the rest.
+    if "deadline_at" in registered and not _same_time(
+        registered["deadline_at"], row["deadline_at"]
+    ):
+        return (
+            f"its deadline_at is {_shown(iso(row['deadline_at']))}, but its registered event "
+            f"says {_shown(registered['deadline_at'])}"
+        )
+    if row["registered_run"] != row["run_id"]:
+        return (
+            f"its run_id is {_shown(row['run_id'])}, but its registered event was written "
+            f"in run {_shown(row['registered_run'])}"
+        )
+    # An edited copy is registered by the person who edited it, for the original's runner.
+    runner = row["registered_runner"] or row["previous__runner_id"]
+    if runner != row["runner_id"]:
+        return (
+            f"its runner_id is {_shown(row['runner_id'])}, but its registered event was "
+            f"written by runner {_shown(runner)}"
+        )
+    return None
+
+
 def _operations() -> Iterator[Unexplained]:
     """Every operation's stream starts with its ``registered`` event, which names the
-    operation's tool, version, key and intent; its intent hash is that of its arguments;
+    operation's tool, version, key and intent, and was written in its run, by its
+    runner, with its deadline; its contract version is one of its tool's, whose effect
+    class and concurrency key it carries; its intent hash is that of its arguments;
     each event starts from the status the previous one left, and the operation's status
     is the ``to`` of its stream's last event (every event of an operation carries the
     status it left: a transition's target, or the unchanged status of a heartbeat, probe
@@ -462,9 +518,14 @@ def _operations() -> Iterator[Unexplained]:
         )
         .exclude(from_status=F("before"))
     )
+    first = events.filter(seq=1, kind="registered")
     rows = Operation.objects.annotate(
         first_kind=Subquery(events.filter(seq=1).values("kind")[:1]),
-        registered=_first_data(events.filter(seq=1, kind="registered")),
+        registered=_first_data(first),
+        registered_run=Subquery(first.values("run_id")[:1]),
+        registered_runner=Subquery(first.values("actor_runner_id")[:1]),
+        contract_effect_class=KeyTextTransform("effect_class", "tool_version__contract"),
+        concurrency_key=KeyTransform("concurrency_key", "tool_version__contract"),
         last_to=Subquery(events.order_by("-seq").values("to_status")[:1]),
         claims=_Count(events.filter(kind="claimed").values("pk")),
         jump_seq=Subquery(jumps.order_by("seq").values("seq")[:1]),
@@ -478,8 +539,19 @@ def _operations() -> Iterator[Unexplained]:
         "intent_hash",
         "arguments",
         "principal",
+        "effect_class",
+        "concurrency_value",
+        "deadline_at",
+        "run_id",
+        "runner_id",
+        "previous__runner_id",
+        "tool_version__tool_id",
         "first_kind",
         "registered",
+        "registered_run",
+        "registered_runner",
+        "contract_effect_class",
+        "concurrency_key",
         "last_to",
         "claims",
         "jump_seq",
@@ -503,6 +575,8 @@ def _operations() -> Iterator[Unexplained]:
             problem = f"its {', '.join(differs)} differ from its registered event"
         elif recomputed is not None and recomputed != row["intent_hash"]:
             problem = "its intent_hash is not the hash of its arguments and principal"
+        elif contract_problem := _contract_columns(row):
+            problem = contract_problem
         elif row["jump_seq"] is not None:
             problem = _jump(row["pk"], row["jump_seq"])
         elif row["status"] != row["last_to"]:

@@ -327,6 +327,7 @@ def _approve_edited(
             "turn": op.turn,
             "edited_from": op.id,
             "edits": changes,
+            "deadline_at": successor.deadline_at,
         },
         now=now,
     )

@@ -323,6 +323,7 @@ def operation_register(
             "intent_hash": intent.digest,
             "turn": turn,
             "retry_of": intent.previous.id if intent.previous else None,
+            "deadline_at": op.deadline_at,
         }
         lean = (
             not intent.policy.required

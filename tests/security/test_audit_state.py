@@ -692,6 +692,94 @@ def test_rows_opened_before_the_events_held_their_terms_are_compared_with_the_co
     ]
 
 
+# --- what an operation took from its contract version and its run ----------------------
+
+
+def test_an_operation_pointed_at_another_tools_version_of_the_same_number_is_named(api):
+    op = _pending(api, editable=[])
+    api.tool(
+        "lax", contract("irreversible", approval={"mode": "always", "editable": ["/payment_id"]})
+    )
+    lax = ToolVersion.objects.get(tool_id="lax", number=1)
+    _sql("UPDATE operations_operation SET tool_version_id = %s WHERE id = %s", [lax.pk, op["id"]])
+    # The attack: the contract now read for this operation lets the approver edit it.
+    successor = services.approval_decide(
+        request_id=op["approval"]["id"],
+        user=_decider("pay"),
+        approve=True,
+        comment="",
+        edits={"/payment_id": "pay_mallory"},
+    )
+    assert successor.arguments["payment_id"] == "pay_mallory"
+    code, out = audit_verify("--all")
+    assert code == 1
+    assert (
+        f"UNEXPLAINED operations.Operation {op['id']}: its tool_version is a version of lax, "
+        "not of its tool pay" in out
+    )
+
+
+def test_an_effect_class_or_deadline_changed_in_sql_is_named(api):
+    api.tool("pay", contract("irreversible", retry={**contract()["retry"], "deadline_s": 60}))
+    op = api.register(api.run(), "pay")
+    registered = Operation.objects.get(pk=op["id"])
+    _sql("UPDATE operations_operation SET effect_class = 'idempotent' WHERE id = %s", [op["id"]])
+    assert _unexplained() == [
+        f'operations.Operation {op["id"]}: its effect_class is "idempotent", but its contract '
+        'version says "irreversible"'
+    ]
+    # The attack works: an unknown outcome of the irreversible call is retried by itself.
+    api.claim(op["id"])
+    api.outcome(op["id"], 1, {"kind": "unknown"})
+    assert Operation.objects.get(pk=op["id"]).status == "ready"
+
+    later = registered.deadline_at + timedelta(days=1)
+    _sql(
+        "UPDATE operations_operation SET effect_class = 'irreversible', deadline_at = %s "
+        "WHERE id = %s",
+        [later, op["id"]],
+    )
+    assert _unexplained() == [
+        f'operations.Operation {op["id"]}: its deadline_at is "{iso(later)}", but its '
+        f'registered event says "{iso(registered.deadline_at)}"'
+    ]
+
+
+def test_a_concurrency_value_cleared_in_sql_is_named(api):
+    api.tool("pay", contract("irreversible", concurrency_key="/payment_id"))
+    op = api.register(api.run(), "pay")
+    api.claim(op["id"])
+    second = api.register(api.run(), "pay")
+    api.claim(second["id"], expect=409)
+    _sql("UPDATE operations_operation SET concurrency_value = NULL WHERE id = %s", [op["id"]])
+    # The attack works: a second effect on the same payment while the first is unresolved.
+    assert api.claim(second["id"])["attempt"] == 1
+    held = Operation.objects.get(pk=second["id"]).concurrency_value
+    assert _unexplained() == [
+        f"operations.Operation {op['id']}: its concurrency_value is null, but its arguments "
+        f'and contract version give "{held}"'
+    ]
+
+
+def test_an_operation_moved_to_another_run_or_runner_is_named(api, other_api):
+    api.tool("t", contract("idempotent"))
+    run, roomy = api.run(max_tool_calls=1), other_api.run(max_tool_calls=100)
+    op = api.register(run, "t")
+    _sql("UPDATE operations_operation SET run_id = %s WHERE id = %s", [roomy, op["id"]])
+    assert _unexplained() == [
+        f'operations.Operation {op["id"]}: its run_id is "{roomy}", but its registered event '
+        f'was written in run "{run}"'
+    ]
+    _sql(
+        "UPDATE operations_operation SET run_id = %s, runner_id = %s WHERE id = %s",
+        [run, other_api.runner.pk, op["id"]],
+    )
+    assert _unexplained() == [
+        f'operations.Operation {op["id"]}: its runner_id is "{other_api.runner.pk}", but its '
+        f'registered event was written by runner "{api.runner.pk}"'
+    ]
+
+
 def _check_foreign_keys_now() -> None:
     # The test's transaction holds deferred foreign-key checks on the rows it wrote, and
     # PostgreSQL truncates no table with checks pending (before any trigger fires).
