@@ -455,7 +455,7 @@ def _recomputed_concurrency(row: dict[str, Any]) -> str | None:
 def _contract_columns(row: dict[str, Any]) -> str | None:
     """What is wrong with the columns an operation took from its contract version, its
     run and its runner when it was registered, or None."""
-    registered = row["registered"]
+    registered = row["registered"] if isinstance(row["registered"], dict) else {}
     if row["tool_version__tool_id"] != row["tool_id"]:
         return (
             f"its tool_version is a version of {row['tool_version__tool_id']}, not of its "
