@@ -8,7 +8,9 @@
    current stream's last hash: memory stays bounded whatever the size of the table.
 2. ``state_verify``: the rows that decide what may run (decisions, grants, approval
    requests, resolutions and their reviews, operations, runs, tools) follow from the
-   events. Every transition writes its event beside the row it changes, in the same
+   events, down to the columns that are not statuses (a quorum, an expiry, an escalation
+   group, a budget), which the event that opens the row records (``services.terms``).
+   Every transition writes its event beside the row it changes, in the same
    transaction; a row no event explains was written around the services, e.g. by SQL
    sent with the application's credentials. Each model is read in primary-key order,
    in chunks, with the events it needs looked up by correlated subqueries.

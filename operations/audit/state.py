@@ -1,17 +1,23 @@
 """The ledger state the events explain (see the package's docstring)."""
 
-from collections.abc import Iterator
+import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
+from itertools import islice
+from types import SimpleNamespace
 from typing import Any
 
 from django.db.models import Exists, F, IntegerField, JSONField, OuterRef, Q, QuerySet, Subquery
-from django.db.models.fields.json import KT
+from django.db.models.fields.json import KT, KeyTextTransform, KeyTransform
 
 from approvals.models import ApprovalRequest, Decision, Grant
 
 from ..canonical import intent_hash, sha256_hex
 from ..models import Event, Operation, Resolution, ResolutionReview, Run, Tool, ToolVersion
+from ..payloads import iso
+from ..services.registration import concurrency_value
+from ..services.terms import RUN_BUDGET_COLUMNS, approval_terms, run_budgets, run_terms
 from .chains import CHUNK
 
 
@@ -61,9 +67,21 @@ def _same_time(recorded: Any, value: datetime | None) -> bool:
         return False
 
 
+def _shown(value: Any) -> str:
+    """A value of a row or of an event's data in a problem's sentence, as JSON."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _batches(rows: Iterable[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    iterator = iter(rows)
+    while batch := list(islice(iterator, CHUNK)):
+        yield batch
+
+
 def _decisions() -> Iterator[Unexplained]:
     """Every decision has the ``decision`` event that recorded it: same approval,
-    same person (the event's actor), same verdict."""
+    same person (the event's actor), same verdict; and it was taken before its request
+    expired (the service refuses one after)."""
     rows = Decision.objects.annotate(
         evented=Exists(
             _events(
@@ -73,25 +91,154 @@ def _decisions() -> Iterator[Unexplained]:
                 decision=OuterRef("decision"),
             ).filter(actor_user_id=OuterRef("user_id"))
         )
-    ).values("pk", "request_id", "request__operation_id", "user_id", "decision", "evented")
+    ).values(
+        "pk",
+        "request_id",
+        "request__operation_id",
+        "request__expires_at",
+        "user_id",
+        "decision",
+        "at",
+        "evented",
+    )
     for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
+        problem = None
         if not row["evented"]:
-            yield Unexplained(
-                "approvals.Decision",
-                str(row["pk"]),
+            problem = (
                 f"no decision event in {row['request__operation_id']} records user "
-                f"{row['user_id']}'s {row['decision']} on approval {row['request_id']}",
+                f"{row['user_id']}'s {row['decision']} on approval {row['request_id']}"
             )
+        elif row["at"] >= row["request__expires_at"]:
+            problem = (
+                f"it is dated {iso(row['at'])}, but its request {row['request_id']} "
+                f"expired at {iso(row['request__expires_at'])}"
+            )
+        if problem:
+            yield Unexplained("approvals.Decision", str(row["pk"]), problem)
+
+
+# The events that open a request (registration, a grant found invalid at claim, a "did
+# not happen" for an irreversible tool) and those that settle one. A request may also
+# become withdrawn (its operation ended otherwise) or expired (while its operation was
+# not waiting for it) without an event of its own; pending is where every one starts.
+REQUEST_OPENED_BY = ("approval_requested", "grant_invalid", "reconciled")
+
+
+def _opening(*, request: str, operation: str) -> dict[str, Any]:
+    """Annotations for ``_opened_with`` of the request whose id is the column
+    ``request`` of the queried model and whose operation is reached by ``operation``:
+    the data, kind and time of the first event that opened it, and its operation's
+    intent hash and contract approval block."""
+    opening = _events(
+        REQUEST_OPENED_BY, stream=OuterRef(f"{operation}_id"), approval=OuterRef(request)
+    ).order_by("seq")
+    return {
+        "opened": _first_data(opening),
+        "opened_kind": Subquery(opening.values("kind")[:1]),
+        "opened_at": Subquery(opening.values("at")[:1]),
+        "operation_intent": F(f"{operation}__intent_hash"),
+        "approval_block": KeyTransform("approval", f"{operation}__tool_version__contract"),
+    }
+
+
+OPENING_COLUMNS = ("opened", "opened_kind", "opened_at", "operation_intent", "approval_block")
+
+
+def _opened_with(row: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The terms a request was opened with, and what says so.
+
+    Its opening event's ``terms`` (``services.terms.approval_terms``). An opening event
+    written before the events recorded them has none: then what every request was
+    opened with until then, which its operation's contract version (verified by its
+    hash) and the opening event's time give: the intent hash, the quorum, the grant's
+    lifetime, the expiry and the escalation group. The escalation's time, the barred
+    people and the editable fields of such a request are not compared.
+    """
+    opened = row["opened"] if isinstance(row["opened"], dict) else {}
+    kind = row["opened_kind"]
+    if isinstance(opened.get("terms"), dict):
+        return opened["terms"], f"its {kind} event opened it with"
+    approval = row["approval_block"] if isinstance(row["approval_block"], dict) else {}
+    derived: dict[str, Any] = {"intent_hash": row["operation_intent"]}
+    for key in ("approvals_required", "grant_ttl_s"):
+        if approval.get(key) is not None:
+            derived[key] = approval[key]
+    ttl = approval.get("request_ttl_s")
+    if isinstance(ttl, int) and row["opened_at"] is not None:
+        derived["expires_at"] = iso(row["opened_at"] + timedelta(seconds=ttl))
+    escalates = bool(approval.get("escalate_after_s"))
+    derived["escalate_to"] = approval.get("escalate_to", "") if escalates else ""
+    return derived, f"its contract version and its {kind} event's time give"
+
+
+def _differences(mine: dict[str, Any], theirs: dict[str, Any], source: str) -> str | None:
+    """Each column of ``mine`` (a row's terms) that ``theirs`` (a record) holds otherwise."""
+    differ = [
+        f"its {key} is {_shown(value)}, but {source} {_shown(theirs[key])}"
+        for key, value in mine.items()
+        if key in theirs and theirs[key] != value
+    ]
+    return "; ".join(differ) or None
+
+
+def _approvers(request_ids: list[str]) -> dict[str, list[int]]:
+    """The people whose approving decisions each of ``request_ids`` holds, sorted."""
+    found: dict[str, list[int]] = {}
+    approving = Decision.objects.filter(
+        request_id__in=request_ids, decision=Decision.Verdict.APPROVE
+    ).values_list("request_id", "user_id")
+    for request_id, user_id in approving.order_by("request_id", "user_id"):
+        found.setdefault(request_id, []).append(user_id)
+    return found
+
+
+def _grant_problem(row: dict[str, Any], approvers: list[int]) -> str | None:
+    granted = row["granted"]
+    if not isinstance(granted, dict):
+        return f"no granted event in {row['request__operation_id']} gave it"
+    if granted.get("approval") != row["request_id"]:
+        return (
+            f"it belongs to approval {row['request_id']}, its granted event to "
+            f"{granted.get('approval')}"
+        )
+    if granted.get("intent_hash") != row["intent_hash"]:
+        return "its intent_hash is not the one its granted event bound"
+    if not _same_time(granted.get("expires_at"), row["expires_at"]):
+        return (
+            f"its expires_at is {iso(row['expires_at'])}, but its granted event says "
+            f"{granted.get('expires_at')}"
+        )
+    if row["revoked_evented"] and row["revoked_at"] is None:
+        return "a grant_revoked event revoked it, but revoked_at is empty"
+    if row["revoked_at"] is not None and not row["revoked_evented"]:
+        return "revoked_at is set, but no grant_revoked event revoked it"
+    # Granted events written before they named the deciders are compared on the rest.
+    deciders = granted.get("deciders")
+    if deciders is not None and deciders != approvers:
+        return (
+            f"its deciders are users {_shown(approvers)} (the approving decisions of its "
+            f"request), but its granted event names {_shown(deciders)}"
+        )
+    required = _opened_with(row)[0].get("approvals_required")
+    if isinstance(required, int) and len(approvers) < required:
+        plural = "" if len(approvers) == 1 else "s"
+        return (
+            f"it was given on {len(approvers)} approval{plural}, but its request was "
+            f"opened requiring {required}"
+        )
+    return None
 
 
 def _grants() -> Iterator[Unexplained]:
     """Every grant has its ``granted`` event, and agrees with it on the approval, the
-    intent hash and the expiry; it is revoked exactly when a ``grant_revoked`` event
-    says so."""
+    intent hash, the expiry and the deciders (the request's approving decisions, at
+    least as many as the quorum its request was opened with); it is revoked exactly
+    when a ``grant_revoked`` event says so."""
     stream = OuterRef("request__operation_id")
     rows = Grant.objects.annotate(
         granted=_first_data(_events("granted", stream=stream, grant=OuterRef("pk"))),
         revoked_evented=Exists(_events("grant_revoked", stream=stream, grant=OuterRef("pk"))),
+        **_opening(request="request_id", operation="request__operation"),
     ).values(
         "pk",
         "request_id",
@@ -101,37 +248,16 @@ def _grants() -> Iterator[Unexplained]:
         "revoked_at",
         "granted",
         "revoked_evented",
+        *OPENING_COLUMNS,
     )
-    for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
-        granted = row["granted"]
-        problem = None
-        if granted is None:
-            problem = f"no granted event in {row['request__operation_id']} gave it"
-        elif granted.get("approval") != row["request_id"]:
-            problem = (
-                f"it belongs to approval {row['request_id']}, its granted event to "
-                f"{granted.get('approval')}"
-            )
-        elif granted.get("intent_hash") != row["intent_hash"]:
-            problem = "its intent_hash is not the one its granted event bound"
-        elif not _same_time(granted.get("expires_at"), row["expires_at"]):
-            problem = (
-                f"it expires at {row['expires_at'].isoformat()}, its granted event says "
-                f"{granted.get('expires_at')}"
-            )
-        elif row["revoked_evented"] and row["revoked_at"] is None:
-            problem = "a grant_revoked event revoked it, but revoked_at is empty"
-        elif row["revoked_at"] is not None and not row["revoked_evented"]:
-            problem = "revoked_at is set, but no grant_revoked event revoked it"
-        if problem:
-            yield Unexplained("approvals.Grant", row["pk"], problem)
+    for batch in _batches(rows.order_by("pk").iterator(chunk_size=CHUNK)):
+        approvers = _approvers([row["request_id"] for row in batch])
+        for row in batch:
+            problem = _grant_problem(row, approvers.get(row["request_id"], []))
+            if problem:
+                yield Unexplained("approvals.Grant", row["pk"], problem)
 
 
-# The events that open a request (registration, a grant found invalid at claim, a "did
-# not happen" for an irreversible tool) and those that settle one. A request may also
-# become withdrawn (its operation ended otherwise) or expired (while its operation was
-# not waiting for it) without an event of its own; pending is where every one starts.
-REQUEST_OPENED_BY = ("approval_requested", "grant_invalid", "reconciled")
 REQUEST_STATUS_AFTER = {
     "granted": ApprovalRequest.RequestStatus.APPROVED,
     "rejected": ApprovalRequest.RequestStatus.REJECTED,
@@ -146,12 +272,37 @@ REQUEST_STATUSES_WITHOUT_EVENT = {
 }
 
 
+# The columns of a request that ``services.terms.approval_terms`` reads.
+TERM_COLUMNS = (
+    "intent_hash",
+    "approvals_required",
+    "expires_at",
+    "grant_ttl_s",
+    "escalate_at",
+    "escalate_to",
+    "context",
+)
+
+
+def _request_terms(row: dict[str, Any]) -> dict[str, Any]:
+    """A request row's terms, with the editable fields of its operation's contract
+    version as it is now."""
+    approval = row["approval_block"] if isinstance(row["approval_block"], dict) else {}
+    request = SimpleNamespace(**{column: row[column] for column in TERM_COLUMNS})
+    # A context forged into something else than an object bars nobody, and reads so.
+    if not isinstance(request.context, dict):
+        request.context = {}
+    return approval_terms(request, editable=approval.get("editable"))
+
+
 def _approval_requests() -> Iterator[Unexplained]:
     """Every request was opened by an event, its status is the one its last settling
-    event left, and it has as many decisions as ``decision`` events name it."""
+    event left, it has as many decisions as ``decision`` events name it, and every
+    column that decides who may approve what, until when, is the one it was opened with
+    (``_opened_with``)."""
     stream, approval = OuterRef("operation_id"), OuterRef("pk")
     rows = ApprovalRequest.objects.annotate(
-        opened=Exists(_events(REQUEST_OPENED_BY, stream=stream, approval=approval)),
+        **_opening(request="pk", operation="operation"),
         settled_by=Subquery(
             _events(tuple(REQUEST_STATUS_AFTER), stream=stream, approval=approval)
             .order_by("-seq")
@@ -160,12 +311,19 @@ def _approval_requests() -> Iterator[Unexplained]:
         decision_rows=_Count(Decision.objects.filter(request=OuterRef("pk")).values("pk")),
         decision_events=_Count(_events("decision", stream=stream, approval=approval).values("pk")),
     ).values(
-        "pk", "operation_id", "status", "opened", "settled_by", "decision_rows", "decision_events"
+        "pk",
+        "operation_id",
+        "status",
+        "settled_by",
+        "decision_rows",
+        "decision_events",
+        *TERM_COLUMNS,
+        *OPENING_COLUMNS,
     )
     for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
         status, settled_by = row["status"], row["settled_by"]
         problem = None
-        if not row["opened"]:
+        if row["opened"] is None:
             problem = (
                 f"no event in {row['operation_id']} opened it "
                 f"({', '.join(REQUEST_OPENED_BY)} naming it)"
@@ -182,6 +340,8 @@ def _approval_requests() -> Iterator[Unexplained]:
                 f"it has {row['decision_rows']} decisions, but {row['decision_events']} "
                 "decision events name it"
             )
+        else:
+            problem = _differences(_request_terms(row), *_opened_with(row))
         if problem:
             yield Unexplained("approvals.ApprovalRequest", row["pk"], problem)
 
@@ -282,9 +442,64 @@ def _jump(stream: str, seq: int) -> str:
     )
 
 
+def _recomputed_concurrency(row: dict[str, Any]) -> str | None:
+    """The concurrency value of the operation's stored arguments under its contract
+    version's ``concurrency_key``, or the stored one when the arguments cannot be
+    canonicalized any more (see ``_recomputed_intent``)."""
+    try:
+        return concurrency_value({"concurrency_key": row["concurrency_key"]}, row["arguments"])
+    except ValueError:
+        return row["concurrency_value"]
+
+
+def _contract_columns(row: dict[str, Any]) -> str | None:
+    """What is wrong with the columns an operation took from its contract version, its
+    run and its runner when it was registered, or None."""
+    registered = row["registered"] if isinstance(row["registered"], dict) else {}
+    if row["tool_version__tool_id"] != row["tool_id"]:
+        return (
+            f"its tool_version is a version of {row['tool_version__tool_id']}, not of its "
+            f"tool {row['tool_id']}"
+        )
+    if row["effect_class"] != row["contract_effect_class"]:
+        return (
+            f"its effect_class is {_shown(row['effect_class'])}, but its contract version "
+            f"says {_shown(row['contract_effect_class'])}"
+        )
+    recomputed = _recomputed_concurrency(row)
+    if recomputed != row["concurrency_value"]:
+        return (
+            f"its concurrency_value is {_shown(row['concurrency_value'])}, but its arguments "
+            f"and contract version give {_shown(recomputed)}"
+        )
+    # Registered events written before they recorded the deadline are compared on the rest.
+    if "deadline_at" in registered and not _same_time(
+        registered["deadline_at"], row["deadline_at"]
+    ):
+        return (
+            f"its deadline_at is {_shown(iso(row['deadline_at']))}, but its registered event "
+            f"says {_shown(registered['deadline_at'])}"
+        )
+    if row["registered_run"] != row["run_id"]:
+        return (
+            f"its run_id is {_shown(row['run_id'])}, but its registered event was written "
+            f"in run {_shown(row['registered_run'])}"
+        )
+    # An edited copy is registered by the person who edited it, for the original's runner.
+    runner = row["registered_runner"] or row["previous__runner_id"]
+    if runner != row["runner_id"]:
+        return (
+            f"its runner_id is {_shown(row['runner_id'])}, but its registered event was "
+            f"written by runner {_shown(runner)}"
+        )
+    return None
+
+
 def _operations() -> Iterator[Unexplained]:
     """Every operation's stream starts with its ``registered`` event, which names the
-    operation's tool, version, key and intent; its intent hash is that of its arguments;
+    operation's tool, version, key and intent, and was written in its run, by its
+    runner, with its deadline; its contract version is one of its tool's, whose effect
+    class and concurrency key it carries; its intent hash is that of its arguments;
     each event starts from the status the previous one left, and the operation's status
     is the ``to`` of its stream's last event (every event of an operation carries the
     status it left: a transition's target, or the unchanged status of a heartbeat, probe
@@ -303,9 +518,14 @@ def _operations() -> Iterator[Unexplained]:
         )
         .exclude(from_status=F("before"))
     )
+    first = events.filter(seq=1, kind="registered")
     rows = Operation.objects.annotate(
         first_kind=Subquery(events.filter(seq=1).values("kind")[:1]),
-        registered=_first_data(events.filter(seq=1, kind="registered")),
+        registered=_first_data(first),
+        registered_run=Subquery(first.values("run_id")[:1]),
+        registered_runner=Subquery(first.values("actor_runner_id")[:1]),
+        contract_effect_class=KeyTextTransform("effect_class", "tool_version__contract"),
+        concurrency_key=KeyTransform("concurrency_key", "tool_version__contract"),
         last_to=Subquery(events.order_by("-seq").values("to_status")[:1]),
         claims=_Count(events.filter(kind="claimed").values("pk")),
         jump_seq=Subquery(jumps.order_by("seq").values("seq")[:1]),
@@ -319,8 +539,19 @@ def _operations() -> Iterator[Unexplained]:
         "intent_hash",
         "arguments",
         "principal",
+        "effect_class",
+        "concurrency_value",
+        "deadline_at",
+        "run_id",
+        "runner_id",
+        "previous__runner_id",
+        "tool_version__tool_id",
         "first_kind",
         "registered",
+        "registered_run",
+        "registered_runner",
+        "contract_effect_class",
+        "concurrency_key",
         "last_to",
         "claims",
         "jump_seq",
@@ -344,6 +575,8 @@ def _operations() -> Iterator[Unexplained]:
             problem = f"its {', '.join(differs)} differ from its registered event"
         elif recomputed is not None and recomputed != row["intent_hash"]:
             problem = "its intent_hash is not the hash of its arguments and principal"
+        elif contract_problem := _contract_columns(row):
+            problem = contract_problem
         elif row["jump_seq"] is not None:
             problem = _jump(row["pk"], row["jump_seq"])
         elif row["status"] != row["last_to"]:
@@ -354,19 +587,66 @@ def _operations() -> Iterator[Unexplained]:
             yield Unexplained("operations.Operation", row["pk"], problem)
 
 
+def _created_with(row: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The budgets a run was created with, and what says so: its ``run_created``
+    event's ``terms`` (``services.terms.run_terms``), or for an event written before
+    they were recorded there, the columns its ``budgets`` (as the runner sent them) set
+    at the event's time (``services.terms.run_budgets``)."""
+    created = row["created"]
+    if isinstance(created.get("terms"), dict):
+        return created["terms"], "its run_created event opened it with"
+    budgets = created.get("budgets")
+    try:
+        derived = run_terms(SimpleNamespace(**run_budgets(budgets, now=row["created_event_at"])))
+    except (AttributeError, TypeError, ValueError, ArithmeticError):
+        # A forged event's budgets that no run could have been created with.
+        derived = dict.fromkeys(RUN_BUDGET_COLUMNS, _shown(budgets))
+    return derived, "its run_created event's budgets give"
+
+
 def _runs() -> Iterator[Unexplained]:
-    """Every run's stream starts with ``run_created``; its status is the last ``to``."""
+    """Every run's stream starts with ``run_created``, written by the run's runner for
+    its principal; its budgets are the ones that event opened it with; its status is
+    the last ``to``."""
     events = Event.objects.filter(stream=OuterRef("pk"))
+    created = events.filter(seq=1, kind="run_created")
     rows = Run.objects.annotate(
         first_kind=Subquery(events.filter(seq=1).values("kind")[:1]),
         last_to=Subquery(events.order_by("-seq").values("to_status")[:1]),
-    ).values("pk", "status", "first_kind", "last_to")
+        created=_first_data(created),
+        created_event_at=Subquery(created.values("at")[:1]),
+        created_by=Subquery(created.values("actor_runner_id")[:1]),
+    ).values(
+        "pk",
+        "status",
+        "runner_id",
+        "principal",
+        *RUN_BUDGET_COLUMNS,
+        "first_kind",
+        "last_to",
+        "created",
+        "created_event_at",
+        "created_by",
+    )
     for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
         problem = None
-        if row["first_kind"] != "run_created":
+        if row["first_kind"] != "run_created" or not isinstance(row["created"], dict):
             problem = "its stream does not start with run_created"
+        elif row["created_by"] != row["runner_id"]:
+            problem = (
+                f"its runner_id is {_shown(row['runner_id'])}, but its run_created event "
+                f"was written by runner {_shown(row['created_by'])}"
+            )
+        elif row["created"].get("principal") != row["principal"]:
+            problem = (
+                f"its principal is {_shown(row['principal'])}, but its run_created event "
+                f"says {_shown(row['created'].get('principal'))}"
+            )
         elif row["status"] != row["last_to"]:
             problem = f"its status is {row['status']}, but its last event left it {row['last_to']}"
+        else:
+            mine = run_terms(SimpleNamespace(**{key: row[key] for key in RUN_BUDGET_COLUMNS}))
+            problem = _differences(mine, *_created_with(row))
         if problem:
             yield Unexplained("operations.Run", row["pk"], problem)
 
@@ -416,29 +696,41 @@ def _tools() -> Iterator[Unexplained]:
 
 def _escalations() -> Iterator[Unexplained]:
     """A request offered to a group has the ``approval_escalated`` event naming it and
-    that group: the column alone must not let a group decide."""
+    that group: the column alone must not let a group decide. The sweep's event is not
+    dated before the request's ``escalate_at`` (an edited copy's, which inherits the
+    original's escalation, may be)."""
+    escalated = _events(
+        "approval_escalated",
+        stream=OuterRef("operation_id"),
+        approval=OuterRef("pk"),
+        group=OuterRef("escalate_to"),
+    )
     rows = (
         ApprovalRequest.objects.exclude(escalated_at=None)
         .annotate(
-            evented=Exists(
-                _events(
-                    "approval_escalated",
-                    stream=OuterRef("operation_id"),
-                    approval=OuterRef("pk"),
-                    group=OuterRef("escalate_to"),
-                )
-            )
+            evented=Exists(escalated),
+            early=Subquery(
+                escalated.filter(at__lt=OuterRef("escalate_at"))
+                .exclude(data__has_key="inherited_from")
+                .values("at")[:1]
+            ),
         )
-        .values("pk", "operation_id", "evented")
+        .values("pk", "operation_id", "escalate_at", "evented", "early")
     )
     for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
+        problem = None
         if not row["evented"]:
-            yield Unexplained(
-                "approvals.ApprovalRequest",
-                row["pk"],
+            problem = (
                 f"it is escalated, but no approval_escalated event in {row['operation_id']} "
-                "names it and its group",
+                "names it and its group"
             )
+        elif row["early"] is not None:
+            problem = (
+                f"its approval_escalated event is dated {iso(row['early'])}, before its "
+                f"escalate_at {iso(row['escalate_at'])}"
+            )
+        if problem:
+            yield Unexplained("approvals.ApprovalRequest", row["pk"], problem)
 
 
 def _edits() -> Iterator[Unexplained]:

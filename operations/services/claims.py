@@ -20,6 +20,7 @@ from ..models import (
 from .breaker import breaker_admits_locked
 from .core import (
     Actor,
+    approval_opened_terms,
     approval_request_open,
     budget_exhaust,
     iso,
@@ -121,7 +122,12 @@ def claim_locked(
                 kind="grant_invalid",
                 actor=actor,
                 now=now,
-                data={"problem": problem, "approval": new_request.id, "previous": request.id},
+                data={
+                    "problem": problem,
+                    "approval": new_request.id,
+                    "previous": request.id,
+                    "terms": approval_opened_terms(op, new_request),
+                },
             )
             return errors.GrantInvalid(f"The grant cannot be used: {problem}.")
 

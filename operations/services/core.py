@@ -38,6 +38,7 @@ from ..models import Attempt, Event, Operation, OutboxMessage, Runner, WebhookEn
 from ..payloads import iso
 from ..selectors import operation_refresh
 from .rows import insert_all, insert_unless_conflict, save_fields
+from .terms import approval_terms
 
 GENESIS_HASH = "0" * 64
 logger = logging.getLogger(__name__)
@@ -443,6 +444,12 @@ def approval_request_open(
         partial(approval_requested.send, sender=ApprovalRequest, request_id=request.id)
     )
     return request
+
+
+def approval_opened_terms(op: Operation, request: ApprovalRequest) -> dict[str, Any]:
+    """The ``terms`` of the event that opens ``request``, which ``audit verify``
+    compares with the request's row (``terms.approval_terms``)."""
+    return approval_terms(request, editable=op.tool_version.contract["approval"].get("editable"))
 
 
 def approval_withdraw_pending(op: Operation, *, now: datetime) -> None:

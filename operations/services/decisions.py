@@ -22,6 +22,7 @@ from ..models import (
 from .core import (
     Actor,
     approval_escalated,
+    approval_opened_terms,
     approval_request_open,
     enter,
     event_append,
@@ -176,6 +177,9 @@ def _decide_locked(
         now=now,
     )
     actor = Actor.of_user(user)
+    approvers = sorted(
+        request.decisions.filter(decision="approve").values_list("user_id", flat=True)
+    )
     record(
         op,
         kind="decision",
@@ -185,7 +189,7 @@ def _decide_locked(
             "approval": request.id,
             "decision": decided.decision.decision,
             "comment": decided.decision.comment,
-            "approvals": request.decisions.filter(decision="approve").count(),
+            "approvals": len(approvers),
             "approvals_required": request.approvals_required,
         },
     )
@@ -201,6 +205,9 @@ def _decide_locked(
                 "grant": decided.grant.id,
                 "intent_hash": decided.grant.intent_hash,
                 "expires_at": decided.grant.expires_at,
+                # Whose approvals made the quorum: audit verify compares them with the
+                # request's approving decisions.
+                "deciders": approvers,
             },
         )
     elif decided.outcome == "rejected":
@@ -320,6 +327,7 @@ def _approve_edited(
             "turn": op.turn,
             "edited_from": op.id,
             "edits": changes,
+            "deadline_at": successor.deadline_at,
         },
         now=now,
     )
@@ -330,16 +338,22 @@ def _approve_edited(
         context={**request.context, "edited_from": request.id, "edits": changes},
         now=now,
     )
+    if request.escalated_at is not None:
+        # Offered to the escalation group already: the copy stays offered to it, and
+        # the terms its opening event records are the inherited ones.
+        approval_services.request_escalation_inherit(request=new_request, source=request)
     record(
         successor,
         kind="approval_requested",
         actor=actor,
         now=now,
-        data={"approval": new_request.id, "reason": new_request.reason},
+        data={
+            "approval": new_request.id,
+            "reason": new_request.reason,
+            "terms": approval_opened_terms(successor, new_request),
+        },
     )
     if request.escalated_at is not None:
-        # Offered to the escalation group already: the copy stays offered to it.
-        approval_services.request_escalation_inherit(request=new_request, source=request)
         record(
             successor,
             kind="approval_escalated",

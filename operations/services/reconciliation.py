@@ -20,6 +20,7 @@ from ..models import (
 from .core import (
     Actor,
     AttemptStatus,
+    approval_opened_terms,
     approval_request_open,
     enter,
     lock,
@@ -336,7 +337,7 @@ def _not_found_locked(
         enter(
             op,
             to=Status.AWAITING_APPROVAL,
-            data={**data, "approval": request.id},
+            data={**data, "approval": request.id, "terms": approval_opened_terms(op, request)},
             error_code="",
             error_detail="",
             **common,

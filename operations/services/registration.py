@@ -30,6 +30,7 @@ from .claims import claim_locked
 from .core import (
     GENESIS_HASH,
     Actor,
+    approval_opened_terms,
     approval_request_open,
     event_append,
     event_build,
@@ -322,6 +323,7 @@ def operation_register(
             "intent_hash": intent.digest,
             "turn": turn,
             "retry_of": intent.previous.id if intent.previous else None,
+            "deadline_at": op.deadline_at,
         }
         lean = (
             not intent.policy.required
@@ -486,7 +488,11 @@ def _register_full(
             kind="approval_requested",
             actor=actor,
             now=now,
-            data={"approval": request.id, "reason": request.reason},
+            data={
+                "approval": request.id,
+                "reason": request.reason,
+                "terms": approval_opened_terms(op, request),
+            },
         )
     outbox_enqueue(op=op, event_type=f"operation.{op.status}", now=now)
     registration = Registration(operation=op, created=True)

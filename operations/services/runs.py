@@ -1,7 +1,5 @@
 """Runs: an agent's session on behalf of a principal, with its budgets."""
 
-from datetime import timedelta
-from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
@@ -21,6 +19,7 @@ from .core import (
     lock,
     transition,
 )
+from .terms import run_budgets, run_terms
 
 
 def run_create(
@@ -31,19 +30,13 @@ def run_create(
     except ValueError as exc:
         raise errors.InvalidPrincipal(f"Not a usable principal: {exc}.") from exc
     now = timezone.now()
-    deadline_s = budgets.get("deadline_s")
-    max_spend = budgets.get("max_spend")
     with transaction.atomic():
         run = Run.objects.create(
             runner=runner,
             principal=principal,
             principal_user_id=min(access.principal_user_ids(principal), default=None),
             external_id=external_id,
-            max_tool_calls=budgets.get("max_tool_calls"),
-            max_turns=budgets.get("max_turns"),
-            deadline_s=deadline_s,
-            max_spend=Decimal(str(max_spend)) if max_spend is not None else None,
-            deadline_at=now + timedelta(seconds=deadline_s) if deadline_s else None,
+            **run_budgets(budgets, now=now),
         )
         event_append(
             stream=run.id,
@@ -51,7 +44,12 @@ def run_create(
             actor=Actor.of_runner(runner),
             run=run,
             to_status=run.status,
-            data={"principal": principal, "external_id": external_id, "budgets": budgets},
+            data={
+                "principal": principal,
+                "external_id": external_id,
+                "budgets": budgets,
+                "terms": run_terms(run),
+            },
             now=now,
         )
     return run

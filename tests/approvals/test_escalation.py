@@ -197,8 +197,11 @@ def test_the_audit_finds_a_forged_escalation(api):
     ApprovalRequest.objects.filter(pk=op["approval"]["id"]).update(
         escalated_at=timezone.now(), escalate_to="Everyone"
     )
-    [problem] = [p for p in state_verify() if p.pk == op["approval"]["id"]]
-    assert "no approval_escalated event" in problem.problem
+    # The escalation without its event, and the group its request was not opened with.
+    assert sorted(p.problem for p in state_verify() if p.pk == op["approval"]["id"]) == [
+        f"it is escalated, but no approval_escalated event in {op['id']} names it and its group",
+        f'its escalate_to is "Everyone", but its approval_requested event opened it with "{GROUP}"',
+    ]
 
 
 def test_escalation_must_come_before_the_request_expires():

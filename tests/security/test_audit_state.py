@@ -20,8 +20,10 @@ from guardian.shortcuts import assign_perm
 
 from approvals.models import ApprovalRequest, Decision, Grant
 from operations import audit, services
+from operations.canonical import sha256_hex
 from operations.errors import NotUnknown
-from operations.models import Event, Operation, Resolution, Run, Tool
+from operations.models import Event, Operation, Resolution, Run, Tool, ToolVersion
+from operations.payloads import iso
 from operations.triggers import APPEND_ONLY_MODELS, ignored, trigger_uris, truncate_trigger_uris
 from tests.approvals.conftest import person
 from tests.conftest import contract, make_runner
@@ -338,11 +340,14 @@ def test_an_extended_or_unrevoked_grant_is_named(api):
     approver = _decider("pay")
     _decide(op, approver)
     grant = Grant.objects.get()
-    _sql(
-        "UPDATE approvals_grant SET expires_at = %s WHERE id = %s",
-        [grant.expires_at + timedelta(days=30), grant.pk],
+    extended = grant.expires_at + timedelta(days=30)
+    _sql("UPDATE approvals_grant SET expires_at = %s WHERE id = %s", [extended, grant.pk])
+    code, out = audit_verify()
+    assert code == 1
+    assert (
+        f"UNEXPLAINED approvals.Grant {grant.pk}: its expires_at is {iso(extended)}, but its "
+        f"granted event says {iso(grant.expires_at)}" in out
     )
-    assert _unexplained()[0].startswith(f"approvals.Grant {grant.pk}: it expires at")
 
     _sql("UPDATE approvals_grant SET expires_at = %s WHERE id = %s", [grant.expires_at, grant.pk])
     services.approval_revoke(request_id=op["approval"]["id"], user=approver, reason="fraud")
@@ -352,11 +357,14 @@ def test_an_extended_or_unrevoked_grant_is_named(api):
         "UPDATE approvals_approvalrequest SET status = 'approved' WHERE id = %s",
         [op["approval"]["id"]],
     )
+    # The attack works: the next claim goes through on the grant revoked for fraud.
+    assert api.claim(op["id"])["attempt"] == 1
     assert _unexplained() == [
         f"approvals.Grant {grant.pk}: a grant_revoked event revoked it, but revoked_at is empty",
         f"approvals.ApprovalRequest {op['approval']['id']}: its status is approved, but its "
         "last grant_revoked event left it revoked",
     ]
+    assert audit_verify()[0] == 1
 
 
 def test_changed_arguments_or_a_reset_attempt_count_are_named(api):
@@ -405,6 +413,370 @@ def test_a_resolution_inserted_without_its_event_is_named(api):
     assert _unexplained() == [
         f"operations.Resolution res_forged: no resolution_proposed event in {unknown.id} "
         "by its declarer"
+    ]
+
+
+# --- the terms a request, a grant and a run were opened with ---------------------------
+#
+# These rows decide what may run without being a status: a quorum, an expiry, an
+# escalation group, the fields a person may edit, a budget. Each is a plain UPDATE away
+# on PostgreSQL too (only events, decisions and resolutions are append-only there).
+
+
+@postgresql_only
+def test_a_quorum_lowered_in_sql_lets_one_approval_through_and_verify_names_the_request(api):
+    op = _pending(api, approvals_required=2)
+    request_id = op["approval"]["id"]
+    _sql("UPDATE approvals_approvalrequest SET approvals_required = 1 WHERE id = %s", [request_id])
+    _decide(op, _decider("pay"))
+    # The attack works: one person's approval made the grant, and the runner may claim.
+    assert Grant.objects.filter(request_id=request_id).exists()
+    assert api.claim(op["id"])["attempt"] == 1
+    assert Operation.objects.get(pk=op["id"]).status == "executing"
+    assert audit.chains_verify().ok
+
+    code, out = audit_verify("--all")
+    assert code == 1
+    assert "Every chain verifies." in out
+    assert (
+        f"UNEXPLAINED approvals.ApprovalRequest {request_id}: its approvals_required is 1, "
+        "but its approval_requested event opened it with 2" in out
+    )
+    assert (
+        f"UNEXPLAINED approvals.Grant {Grant.objects.get().pk}: it was given on 1 approval, "
+        "but its request was opened requiring 2" in out
+    )
+
+
+def _request_line(request_id: str, column: str, row_value: str, recorded: str) -> str:
+    return (
+        f"UNEXPLAINED approvals.ApprovalRequest {request_id}: its {column} is {row_value}, "
+        f"but its approval_requested event opened it with {recorded}"
+    )
+
+
+def test_a_quorum_lowered_for_one_approval_and_put_back_leaves_the_grant_named(api):
+    op = _pending(api, approvals_required=2)
+    request_id = op["approval"]["id"]
+    _sql("UPDATE approvals_approvalrequest SET approvals_required = 1 WHERE id = %s", [request_id])
+    _decide(op, _decider("pay"))
+    _sql("UPDATE approvals_approvalrequest SET approvals_required = 2 WHERE id = %s", [request_id])
+    assert ApprovalRequest.objects.get(pk=request_id).status == "approved"
+    grant = Grant.objects.get(request_id=request_id)
+    assert _unexplained() == [
+        f"approvals.Grant {grant.pk}: it was given on 1 approval, but its request was opened "
+        "requiring 2"
+    ]
+    assert audit_verify()[0] == 1
+
+
+def test_an_expiry_moved_later_is_named_and_so_is_a_decision_taken_after_the_real_one(api):
+    op = _pending(api, request_ttl_s=60)
+    request = ApprovalRequest.objects.get(pk=op["approval"]["id"])
+    later = request.expires_at + timedelta(days=1)
+    _sql("UPDATE approvals_approvalrequest SET expires_at = %s WHERE id = %s", [later, request.pk])
+    code, out = audit_verify()
+    assert code == 1
+    assert (
+        _request_line(request.pk, "expires_at", f'"{iso(later)}"', f'"{iso(request.expires_at)}"')
+        in out
+    )
+
+    # The attack: decided after the request's real expiry, then the expiry put back.
+    with time_machine.travel(request.expires_at + timedelta(seconds=1), tick=False):
+        assert services.sweep().approvals_expired == 0
+        _decide(op, _decider("pay"))
+    assert Operation.objects.get(pk=op["id"]).status == "ready"
+    _sql(
+        "UPDATE approvals_approvalrequest SET expires_at = %s WHERE id = %s",
+        [request.expires_at, request.pk],
+    )
+    decision = Decision.objects.get(request=request)
+    assert _unexplained() == [
+        f"approvals.Decision {decision.pk}: it is dated {iso(decision.at)}, but its request "
+        f"{request.pk} expired at {iso(request.expires_at)}"
+    ]
+    assert audit_verify()[0] == 1
+
+
+ESCALATING = {"escalate_after_s": 3600, "escalate_to": "Finance leads"}
+
+
+def test_an_escalation_group_changed_is_named_though_the_sweep_escalates_to_it(api):
+    op = _pending(api, **ESCALATING)
+    request_id = op["approval"]["id"]
+    _sql("UPDATE approvals_approvalrequest SET escalate_to = 'Interns' WHERE id = %s", [request_id])
+    # The sweep offers the request to the forged group and records that, as it should:
+    # the event names the group the row holds, so only the opening terms tell.
+    with time_machine.travel(timezone.now() + timedelta(seconds=3601), tick=False):
+        assert services.sweep().approvals_escalated == 1
+    assert Event.objects.get(stream=op["id"], kind="approval_escalated").data["group"] == (
+        "Interns"
+    )
+    code, out = audit_verify()
+    assert code == 1
+    assert _request_line(request_id, "escalate_to", '"Interns"', '"Finance leads"') in out
+
+
+def test_an_escalation_brought_forward_and_put_back_is_named(api):
+    op = _pending(api, **ESCALATING)
+    request = ApprovalRequest.objects.get(pk=op["approval"]["id"])
+    now = timezone.now()
+    _sql("UPDATE approvals_approvalrequest SET escalate_at = %s WHERE id = %s", [now, request.pk])
+    assert _unexplained() == [
+        _request_line(
+            request.pk, "escalate_at", f'"{iso(now)}"', f'"{iso(request.escalate_at)}"'
+        ).removeprefix("UNEXPLAINED ")
+    ]
+    with time_machine.travel(now + timedelta(seconds=1), tick=False):
+        assert services.sweep().approvals_escalated == 1
+    _sql(
+        "UPDATE approvals_approvalrequest SET escalate_at = %s WHERE id = %s",
+        [request.escalate_at, request.pk],
+    )
+    escalated = Event.objects.get(stream=op["id"], kind="approval_escalated")
+    assert _unexplained() == [
+        f"approvals.ApprovalRequest {request.pk}: its approval_escalated event is dated "
+        f"{iso(escalated.at)}, before its escalate_at {iso(request.escalate_at)}"
+    ]
+
+
+def test_an_editable_list_widened_in_the_contract_row_is_named_on_the_request(api):
+    op = _pending(api, editable=["/amount_cents"])
+    version = ToolVersion.objects.get(tool_id="pay")
+    widened = {
+        **version.contract,
+        "approval": {**version.contract["approval"], "editable": ["/amount_cents", "/payment_id"]},
+    }
+    ToolVersion.objects.filter(pk=version.pk).update(
+        contract=widened, contract_hash=sha256_hex(widened)
+    )
+    # The attack: the approver now changes whom the money goes to.
+    successor = services.approval_decide(
+        request_id=op["approval"]["id"],
+        user=_decider("pay"),
+        approve=True,
+        comment="",
+        edits={"/payment_id": "pay_mallory"},
+    )
+    assert successor.arguments["payment_id"] == "pay_mallory"
+    code, out = audit_verify("--all")
+    assert code == 1
+    assert (
+        _request_line(
+            op["approval"]["id"],
+            "editable",
+            '["/amount_cents", "/payment_id"]',
+            '["/amount_cents"]',
+        )
+        in out
+    )
+    assert (
+        "UNEXPLAINED operations.ToolVersion pay v1: its contract_hash is not the one its "
+        "contract_registered event holds" in out
+    )
+
+
+def test_people_unbarred_from_a_request_are_named(api):
+    unknown = _unknown(api, "refund")
+    declarer = _reconciler("refund")
+    services.operation_resolve(operation=unknown, user=declarer, result="not_found", note="none")
+    services.operation_resolution_confirm(
+        resolution_id=Resolution.objects.get(operation=unknown).id,
+        user=_reconciler("refund"),
+        confirm=True,
+    )
+    request = ApprovalRequest.objects.get(operation=unknown)
+    assert declarer.pk in request.context["barred_user_ids"]
+    assert _unexplained() == []
+    ApprovalRequest.objects.filter(pk=request.pk).update(context={})
+    assert _unexplained() == [
+        f"approvals.ApprovalRequest {request.pk}: its barred_user_ids is [], but its "
+        f"reconciled event opened it with {request.context['barred_user_ids']}"
+    ]
+
+
+def test_a_run_budget_raised_in_sql_lets_another_call_through_and_verify_names_the_run(api):
+    api.tool("t", contract("idempotent"))
+    run = api.run(max_tool_calls=1, max_spend=0.1234565, deadline_s=600)
+    api.register(run, "t")
+    api.register(run, "t", expect=409)
+    _sql("UPDATE operations_run SET max_tool_calls = 100 WHERE id = %s", [run])
+    api.register(run, "t")
+    assert Run.objects.get(pk=run).tool_calls == 2
+    code, out = audit_verify()
+    assert code == 1
+    assert (
+        f"UNEXPLAINED operations.Run {run}: its max_tool_calls is 100, but its run_created "
+        "event opened it with 1" in out
+    )
+
+    created = Run.objects.get(pk=run)
+    # Rounded half up to the column's six places, on every database.
+    assert str(created.max_spend) == "0.123457"
+    later = created.deadline_at + timedelta(days=1)
+    _sql(
+        "UPDATE operations_run SET max_tool_calls = 1, max_spend = 1000, deadline_s = NULL, "
+        "deadline_at = %s WHERE id = %s",
+        [later, run],
+    )
+    assert _unexplained() == [
+        f"operations.Run {run}: its deadline_s is null, but its run_created event opened it "
+        f'with 600; its max_spend is "1000.000000", but its run_created event opened it '
+        f'with "0.123457"; its deadline_at is "{iso(later)}", but its run_created event '
+        f'opened it with "{iso(created.deadline_at)}"'
+    ]
+
+
+def test_a_run_moved_to_another_principal_or_runner_is_named(api, other_api):
+    run = api.run(principal="user:alice")
+    _sql("UPDATE operations_run SET principal = 'user:mallory' WHERE id = %s", [run])
+    assert _unexplained() == [
+        f'operations.Run {run}: its principal is "user:mallory", but its run_created event '
+        'says "user:alice"'
+    ]
+    _sql(
+        "UPDATE operations_run SET principal = 'user:alice', runner_id = %s WHERE id = %s",
+        [other_api.runner.pk, run],
+    )
+    assert _unexplained() == [
+        f'operations.Run {run}: its runner_id is "{other_api.runner.pk}", but its run_created '
+        f'event was written by runner "{api.runner.pk}"'
+    ]
+
+
+def _as_written_before_terms(*streams: str) -> None:
+    """Rewrite ``streams`` as the previous release wrote them: no ``terms`` in the
+    events that open requests and runs, no ``deciders`` in ``granted``; chained again."""
+    with tampering():
+        for stream in streams:
+            prev = services.GENESIS_HASH
+            for event in Event.objects.filter(stream=stream).order_by("seq"):
+                event.data.pop("terms", None)
+                event.data.pop("deciders", None)
+                event.prev_hash = prev
+                event.hash = services.event_hash(event)
+                Event.objects.filter(pk=event.pk).update(
+                    data=event.data, prev_hash=event.prev_hash, hash=event.hash
+                )
+                prev = event.hash
+
+
+def test_rows_opened_before_the_events_held_their_terms_are_compared_with_the_contract(api):
+    approved = _pending(api, approvals_required=2, request_ttl_s=600)
+    _decide(approved, _decider("pay"))
+    _decide(approved, _decider("pay"))
+    op = api.register(api.run(principal="user:nobody", max_tool_calls=5), "pay")
+    run = Operation.objects.get(pk=op["id"]).run_id
+    streams = [approved["id"], op["id"], run, Operation.objects.get(pk=approved["id"]).run_id]
+    _as_written_before_terms(*streams)
+    assert audit.chains_verify().ok
+    assert not Event.objects.filter(data__has_key="terms")
+    assert not Event.objects.filter(data__has_key="deciders")
+    assert _unexplained() == []
+
+    request = ApprovalRequest.objects.get(pk=op["approval"]["id"])
+    later = request.expires_at + timedelta(days=1)
+    _sql(
+        "UPDATE approvals_approvalrequest SET approvals_required = 1, expires_at = %s "
+        "WHERE id = %s",
+        [later, request.pk],
+    )
+    _sql("UPDATE operations_run SET max_tool_calls = 50 WHERE id = %s", [run])
+    source = "its contract version and its approval_requested event's time give"
+    assert _unexplained() == [
+        f"approvals.ApprovalRequest {request.pk}: its approvals_required is 1, but {source} "
+        f'2; its expires_at is "{iso(later)}", but {source} "{iso(request.expires_at)}"',
+        f"operations.Run {run}: its max_tool_calls is 50, but its run_created event's "
+        "budgets give 5",
+    ]
+
+
+# --- what an operation took from its contract version and its run ----------------------
+
+
+def test_an_operation_pointed_at_another_tools_version_of_the_same_number_is_named(api):
+    op = _pending(api, editable=[])
+    api.tool(
+        "lax", contract("irreversible", approval={"mode": "always", "editable": ["/payment_id"]})
+    )
+    lax = ToolVersion.objects.get(tool_id="lax", number=1)
+    _sql("UPDATE operations_operation SET tool_version_id = %s WHERE id = %s", [lax.pk, op["id"]])
+    # The attack: the contract now read for this operation lets the approver edit it.
+    successor = services.approval_decide(
+        request_id=op["approval"]["id"],
+        user=_decider("pay"),
+        approve=True,
+        comment="",
+        edits={"/payment_id": "pay_mallory"},
+    )
+    assert successor.arguments["payment_id"] == "pay_mallory"
+    code, out = audit_verify("--all")
+    assert code == 1
+    assert (
+        f"UNEXPLAINED operations.Operation {op['id']}: its tool_version is a version of lax, "
+        "not of its tool pay" in out
+    )
+
+
+def test_an_effect_class_or_deadline_changed_in_sql_is_named(api):
+    api.tool("pay", contract("irreversible", retry={**contract()["retry"], "deadline_s": 60}))
+    op = api.register(api.run(), "pay")
+    registered = Operation.objects.get(pk=op["id"])
+    _sql("UPDATE operations_operation SET effect_class = 'idempotent' WHERE id = %s", [op["id"]])
+    assert _unexplained() == [
+        f'operations.Operation {op["id"]}: its effect_class is "idempotent", but its contract '
+        'version says "irreversible"'
+    ]
+    # The attack works: an unknown outcome of the irreversible call is retried by itself.
+    api.claim(op["id"])
+    api.outcome(op["id"], 1, {"kind": "unknown"})
+    assert Operation.objects.get(pk=op["id"]).status == "ready"
+
+    later = registered.deadline_at + timedelta(days=1)
+    _sql(
+        "UPDATE operations_operation SET effect_class = 'irreversible', deadline_at = %s "
+        "WHERE id = %s",
+        [later, op["id"]],
+    )
+    assert _unexplained() == [
+        f'operations.Operation {op["id"]}: its deadline_at is "{iso(later)}", but its '
+        f'registered event says "{iso(registered.deadline_at)}"'
+    ]
+
+
+def test_a_concurrency_value_cleared_in_sql_is_named(api):
+    api.tool("pay", contract("irreversible", concurrency_key="/payment_id"))
+    op = api.register(api.run(), "pay")
+    api.claim(op["id"])
+    second = api.register(api.run(), "pay")
+    api.claim(second["id"], expect=409)
+    _sql("UPDATE operations_operation SET concurrency_value = NULL WHERE id = %s", [op["id"]])
+    # The attack works: a second effect on the same payment while the first is unresolved.
+    assert api.claim(second["id"])["attempt"] == 1
+    held = Operation.objects.get(pk=second["id"]).concurrency_value
+    assert _unexplained() == [
+        f"operations.Operation {op['id']}: its concurrency_value is null, but its arguments "
+        f'and contract version give "{held}"'
+    ]
+
+
+def test_an_operation_moved_to_another_run_or_runner_is_named(api, other_api):
+    api.tool("t", contract("idempotent"))
+    run, roomy = api.run(max_tool_calls=1), other_api.run(max_tool_calls=100)
+    op = api.register(run, "t")
+    _sql("UPDATE operations_operation SET run_id = %s WHERE id = %s", [roomy, op["id"]])
+    assert _unexplained() == [
+        f'operations.Operation {op["id"]}: its run_id is "{roomy}", but its registered event '
+        f'was written in run "{run}"'
+    ]
+    _sql(
+        "UPDATE operations_operation SET run_id = %s, runner_id = %s WHERE id = %s",
+        [run, other_api.runner.pk, op["id"]],
+    )
+    assert _unexplained() == [
+        f'operations.Operation {op["id"]}: its runner_id is "{other_api.runner.pk}", but its '
+        f'registered event was written by runner "{api.runner.pk}"'
     ]
 
 
