@@ -37,23 +37,11 @@ import psycopg
 
 from approvals.ids import new_id
 
+from .columns import unnamed_defaults
+
 
 def _hash(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, default=str, sort_keys=True).encode()).hexdigest()
-
-
-def missing_not_null_columns(conn: psycopg.Connection, table: str, known: set[str]) -> dict:
-    """NOT NULL columns without a default that the statements here do not name, with
-    the empty value Django's field default would give (``''``, 0, false, ``{}``), so
-    that a column added later does not break the replica."""
-    rows = conn.execute(
-        "SELECT column_name, data_type FROM information_schema.columns "
-        "WHERE table_name = %s AND is_nullable = 'NO' AND column_default IS NULL "
-        "AND is_identity = 'NO'",
-        (table,),
-    ).fetchall()
-    empty = {"boolean": False, "integer": 0, "bigint": 0, "smallint": 0, "jsonb": "{}"}
-    return {name: empty.get(kind, "") for name, kind in rows if name not in known}
 
 
 def _pickled(value: Any) -> str:
@@ -174,8 +162,11 @@ class SqlRunner(Statements):
         self.runner_id = self.conn.execute(
             "SELECT runner_id FROM operations_runnertoken WHERE token_hash = %s", (token_hash,)
         ).fetchone()[0]
-        self.extra_op = missing_not_null_columns(self.conn, "operations_operation", OP_COLUMNS)
-        self.extra_event = missing_not_null_columns(self.conn, "operations_event", EVENT_COLUMNS)
+        from operations.models import Attempt, Event, Operation
+
+        self.extra_op = unnamed_defaults(Operation, OP_COLUMNS | INLINE_CLAIM_COLUMNS)
+        self.extra_event = unnamed_defaults(Event, EVENT_COLUMNS)
+        self.extra_attempt = unnamed_defaults(Attempt, ATTEMPT_COLUMNS)
         self.throttle_key = self._throttle_row()
 
     def _throttle_row(self) -> str | None:
@@ -333,6 +324,7 @@ class SqlRunner(Statements):
                 "lease_until": lease_until,
                 "outcome_code": "",
                 "not_applied": False,
+                **self.extra_attempt,
             }
             event_names = ", ".join(registered)
             event_marks = "(" + ", ".join(["%s"] * len(registered)) + ")"
@@ -428,6 +420,18 @@ OP_COLUMNS = {
     "created_at",
     "updated_at",
     "status_changed_at",
+}
+# What the operation's row of an inline claim names beyond a ready operation's.
+INLINE_CLAIM_COLUMNS = {"lease_until", "event_seq", "event_head"}
+ATTEMPT_COLUMNS = {
+    "id",
+    "operation_id",
+    "number",
+    "status",
+    "claimed_at",
+    "lease_until",
+    "outcome_code",
+    "not_applied",
 }
 EVENT_COLUMNS = {
     "stream",
