@@ -1,9 +1,9 @@
-"""The documented benchmark commands, run as the README runs them: ``make bench`` with
-small sizes, in its own process on a database of its own, checked by its exit status
-and the figures it prints and writes.
+"""The documented benchmark commands, run as the README runs them: ``make bench`` and
+``make chaos`` with small sizes, each in its own process on a database of its own,
+checked by their exit status and the figures they print and write.
 
 A command the docs name must not break unnoticed (``make bench`` did: its seed of
-approval requests missed a column added later). It takes well under a minute here.
+approval requests missed a column added later). Each takes well under a minute here.
 """
 
 import json
@@ -99,3 +99,38 @@ def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
         assert line in output, line
     assert "the replica's statement count differs" not in output
     assert "event chain head on the row was" not in output
+
+
+def test_make_chaos_loses_and_duplicates_nothing_and_is_never_throttled(tmp_path):
+    """On PostgreSQL when the suite is (a database of its own), else SQLite: 100 refunds
+    under the seeded faults, with request throttling at its defaults."""
+    figures = tmp_path / "chaos.json"
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("THROTTLE_") and key != "DATABASE_URL"
+    }
+    if ON_POSTGRESQL:
+        env["DATABASE_URL"] = _server_url()
+    database = _database("chaos")
+    try:
+        done = _make(
+            "chaos", env=env, N="100", CHAOS_ARGS=f"--database {database} --json {figures}"
+        )
+    finally:
+        for leftover in (ROOT / "var" / "bench").glob(f"{database}.sqlite3*"):
+            leftover.unlink()
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-5000:]
+    naive, gated = json.loads(figures.read_text())
+    assert naive["logical_operations"] == gated["logical_operations"] == 100
+    assert gated["database"] == ("PostgreSQL" if ON_POSTGRESQL else "SQLite")
+    assert gated["duplicates"] == 0
+    assert gated["lost"] == 0
+    assert gated["settled"]
+    assert gated["succeeded"] + gated["failed_no_effect"] + gated["in_reconciliation"] == 100
+    # Throttling on, at its defaults: not one request of the workload was refused.
+    assert "status:429" not in gated["api_repeats"], gated["api_repeats"]
+    assert not any(answer.startswith("error:") for answer in gated["runner_answers"])
+    for line in ("duplicates", "lost", "answers the client repeated", f"written to {figures}"):
+        assert line in output, line
