@@ -158,7 +158,7 @@ class DatabaseCache(DjangoDatabaseCache):
                 raise ValueError(f"Key {key!r} not found.")
             stored = connection.ops.process_clob(row[0])
             # The cache's own encoding (base64 of a pickle), as Django's get and set use.
-            value = pickle.loads(base64.b64decode(stored.encode())) + delta  # noqa: S301
+            value = pickle.loads(base64.b64decode(stored.encode())) + delta  # noqa: S301 (our rows)
             encoded = base64.b64encode(pickle.dumps(value, self.pickle_protocol)).decode("latin1")
             cursor.execute(
                 f"UPDATE {table} SET {quote('value')} = %s "  # noqa: S608 (quoted names)
