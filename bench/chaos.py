@@ -1,8 +1,9 @@
 """``make chaos``: the same faults against a naive runner and against Effectgate.
 
     python -m bench.chaos [--n 2000] [--seed 20261129] [--fault-rate 0.3] [--workers 16]
+                          [--database effectgate_chaos] [--json var/chaos.json]
 
-1. Start Effectgate from nothing: a fresh database (PostgreSQL ``effectgate_chaos`` on
+1. Start Effectgate from nothing: a fresh database (PostgreSQL ``--database`` on
    ``DATABASE_URL``'s server when it is set, else SQLite under ``var/bench/``),
    migrations, a runner token, gunicorn on a free port, ``manage.py sweep --loop 1``
    and ``manage.py reconcile --loop 1`` with ``RECONCILE_ALLOWED_HOSTS=127.0.0.1``.
@@ -11,7 +12,9 @@
 3. Send the same N refunds through the Effectgate client to a fresh provider with the
    same schedule, then let the sweep and the probes finish what is due.
 4. Count each refund's effects in the provider's records, compare them with what each
-   runner (or Effectgate's ledger) says, print the table and write ``var/chaos.json``.
+   runner (or Effectgate's ledger) says, print the table, what the client had to repeat
+   (a ``status:429`` there is request throttling refusing the workload) and write
+   ``var/chaos.json``.
 
 Exit status 1 when Effectgate shows a duplicate or a lost operation.
 """
@@ -59,6 +62,11 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--slow-s", type=float, default=0.6)
     parser.add_argument("--gunicorn-workers", type=int, default=4)
     parser.add_argument("--gunicorn-threads", type=int, default=4)
+    parser.add_argument(
+        "--database",
+        default="effectgate_chaos",
+        help="with PostgreSQL, the database to drop and create on DATABASE_URL's server",
+    )
     parser.add_argument("--json", type=Path, default=VAR / "chaos.json")
     return parser.parse_args(argv)
 
@@ -73,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     items = refs(args.n)
     base_url = os.environ.get("DATABASE_URL")
-    database_url = fresh_database("effectgate_chaos", base_url=base_url)
+    database_url = fresh_database(args.database, base_url=base_url)
     backend = "PostgreSQL" if is_postgres(database_url) else "SQLite"
     print(
         f"chaos: {args.n} refunds, seed {args.seed}, {args.fault_rate:.0%} faults, "
@@ -111,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
                 progress=Progress("effectgate", len(items)),
             )
             settle_started = time.monotonic()
-            settled = settle(stack.base_url, stack.token)
+            settled = settle(stack.base_url, stack.token, repeats=report.extra["api_repeats"])
             report.extra["settle_s"] = round(time.monotonic() - settle_started, 2)
             # The ledger is read from Effectgate's database with its own models.
             os.environ["DATABASE_URL"] = database_url
@@ -137,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{json.dumps(eg_row['auto_reconciled_by_result'])}, "
         f"{eg_row['awaiting_approval_after_not_found']} waiting for a person to approve a "
         f"retry after the probe found nothing; runner answers "
-        f"{json.dumps(eg_row['runner_answers'])}"
+        f"{json.dumps(eg_row['runner_answers'])}; answers the client repeated "
+        f"{json.dumps(eg_row['api_repeats'])}"
     )
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=2) + "\n")

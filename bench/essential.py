@@ -38,13 +38,8 @@ from typing import Any
 from approvals.ids import new_id
 from operations.canonical import intent_hash, sha256_hex
 
-from .lifecycle_sql import (
-    EVENT_COLUMNS,
-    OP_COLUMNS,
-    Statements,
-    missing_not_null_columns,
-    new_operation_row,
-)
+from .columns import unnamed_defaults
+from .lifecycle_sql import EVENT_COLUMNS, OP_COLUMNS, Statements, new_operation_row
 
 GENESIS = "0" * 64
 
@@ -64,8 +59,10 @@ class EssentialRunner(Statements):
         self.version_id = self.conn.execute(
             "SELECT active_version_id FROM operations_tool WHERE name = %s", (tool,)
         ).fetchone()[0]
-        self.extra_op = missing_not_null_columns(self.conn, "operations_operation", OP_COLUMNS)
-        self.extra_event = missing_not_null_columns(self.conn, "operations_event", EVENT_COLUMNS)
+        from operations.models import Event, Operation
+
+        self.extra_op = unnamed_defaults(Operation, OP_COLUMNS)
+        self.extra_event = unnamed_defaults(Event, EVENT_COLUMNS)
         # The last (seq, hash) of each operation's stream this runner wrote.
         self._chain: dict[str, tuple[int, str]] = {}
 

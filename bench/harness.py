@@ -314,12 +314,17 @@ def run_effectgate(
     to run ``i % runs``, so a redelivered job finds its run again) and execute every
     refund through the client. One run would serialize every registration on the
     run's row lock, which is how run budgets are kept exact, not how agents work."""
+    # Answers the clients repeated (``EffectgateClient.stats``: a 429 or 5xx status, a
+    # lost connection), summed over every client of the run.
+    repeats: Counter[str] = Counter()
+    repeats_lock = threading.Lock()
     with EffectgateClient(base_url, token) as setup:
         setup.put_tool(TOOL, refund_contract(provider.lookup_template))
         run_ids = [
             setup.create_run(principal="user:chaos", external_id=f"chaos-{index}")["id"]
             for index in range(runs)
         ]
+        repeats.update(setup.stats)
 
     def make_worker() -> tuple[Job, Callable[[], None]]:
         client = EffectgateClient(base_url, token, timeout=30)
@@ -348,6 +353,8 @@ def run_effectgate(
             return result.status
 
         def close() -> None:
+            with repeats_lock:
+                repeats.update(client.stats)
             client.close()
             http.close()
 
@@ -355,7 +362,14 @@ def run_effectgate(
 
     started = time.monotonic()
     answers, crashes = run_jobs(items, make_worker, workers=workers, progress=progress)
-    return RunReport("effectgate", answers, crashes, time.monotonic() - started, run_ids=run_ids)
+    return RunReport(
+        "effectgate",
+        answers,
+        crashes,
+        time.monotonic() - started,
+        run_ids=run_ids,
+        extra={"api_repeats": repeats},
+    )
 
 
 def _parse_time(value: str) -> datetime:
@@ -363,25 +377,40 @@ def _parse_time(value: str) -> datetime:
 
 
 def settle(
-    base_url: str, token: str, *, tool: str = TOOL, timeout_s: float = 120.0, slack_s: float = 2
+    base_url: str,
+    token: str,
+    *,
+    tool: str = TOOL,
+    timeout_s: float = 120.0,
+    slack_s: float = 2,
+    repeats: Counter[str] | None = None,
 ) -> bool:
     """Wait for the time-driven work to finish what it can: no live lease left, no
-    probe due soon. True when settled, False when ``timeout_s`` ran out first."""
+    probe due soon. True when settled, False when ``timeout_s`` ran out first. The
+    answers its client repeated are added to ``repeats``."""
     deadline = time.monotonic() + timeout_s
-    quiet_checks = 0
     with EffectgateClient(base_url, token) as client:
-        while time.monotonic() < deadline:
-            executing = next(iter(client.list_operations(status="executing", tool=tool)), None)
-            soon = datetime.now(UTC) + timedelta(seconds=slack_s)
-            due = [
-                op
-                for op in client.list_operations(status="outcome_unknown", tool=tool)
-                if op.get("next_probe_at") and _parse_time(op["next_probe_at"]) <= soon
-            ]
-            quiet_checks = quiet_checks + 1 if executing is None and not due else 0
-            if quiet_checks >= 2:
-                return True
-            time.sleep(1.0)
+        try:
+            return _settled(client, deadline, tool=tool, slack_s=slack_s)
+        finally:
+            if repeats is not None:
+                repeats.update(client.stats)
+
+
+def _settled(client: EffectgateClient, deadline: float, *, tool: str, slack_s: float) -> bool:
+    quiet_checks = 0
+    while time.monotonic() < deadline:
+        executing = next(iter(client.list_operations(status="executing", tool=tool)), None)
+        soon = datetime.now(UTC) + timedelta(seconds=slack_s)
+        due = [
+            op
+            for op in client.list_operations(status="outcome_unknown", tool=tool)
+            if op.get("next_probe_at") and _parse_time(op["next_probe_at"]) <= soon
+        ]
+        quiet_checks = quiet_checks + 1 if executing is None and not due else 0
+        if quiet_checks >= 2:
+            return True
+        time.sleep(1.0)
     return False
 
 
@@ -489,6 +518,8 @@ def account_effectgate(
     row["crashes"] = report.crashes
     row["faults"] = dict(sorted(provider.log.faults.items()))
     row["runner_answers"] = dict(sorted(Counter(report.answers.values()).items()))
+    # What the clients had to repeat: "status:429" would be throttling refusing work.
+    row["api_repeats"] = dict(sorted(report.extra.get("api_repeats", {}).items()))
     return row
 
 

@@ -7,7 +7,9 @@ the bench's gunicorn counter, ``bench.gunicorn_conf``; ``make bench`` prints bot
 counts, so a change in the service that the replica misses shows up):
 
 - every request: the token generation's read (the token cache's question, in place of
-  the connection health check; the replica's token is always remembered);
+  the connection health check; the replica's token is always remembered), then, when
+  the API's throttle counts in the database cache (no Redis configured), the count's
+  read and compare-and-set UPDATE;
 - register and claim: one read of the run, the tool and its active contract, then one
   transaction: the operation inserted already executing (``ON CONFLICT DO NOTHING``),
   its attempt and its two events in one statement, the run's budgets taken last by a
@@ -23,8 +25,10 @@ serialization, the contract and state-machine code in Python, the ORM.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import pickle
 import secrets
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -33,23 +37,16 @@ import psycopg
 
 from approvals.ids import new_id
 
+from .columns import unnamed_defaults
+
 
 def _hash(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, default=str, sort_keys=True).encode()).hexdigest()
 
 
-def missing_not_null_columns(conn: psycopg.Connection, table: str, known: set[str]) -> dict:
-    """NOT NULL columns without a default that the statements here do not name, with
-    the empty value Django's field default would give (``''``, 0, false, ``{}``), so
-    that a column added later does not break the replica."""
-    rows = conn.execute(
-        "SELECT column_name, data_type FROM information_schema.columns "
-        "WHERE table_name = %s AND is_nullable = 'NO' AND column_default IS NULL "
-        "AND is_identity = 'NO'",
-        (table,),
-    ).fetchall()
-    empty = {"boolean": False, "integer": 0, "bigint": 0, "smallint": 0, "jsonb": "{}"}
-    return {name: empty.get(kind, "") for name, kind in rows if name not in known}
+def _pickled(value: Any) -> str:
+    """A value as Django's database cache stores it (base64 of a pickle)."""
+    return base64.b64encode(pickle.dumps(value, pickle.HIGHEST_PROTOCOL)).decode("latin1")
 
 
 def new_operation_row(
@@ -165,22 +162,58 @@ class SqlRunner(Statements):
         self.runner_id = self.conn.execute(
             "SELECT runner_id FROM operations_runnertoken WHERE token_hash = %s", (token_hash,)
         ).fetchone()[0]
-        self.extra_op = missing_not_null_columns(self.conn, "operations_operation", OP_COLUMNS)
-        self.extra_event = missing_not_null_columns(self.conn, "operations_event", EVENT_COLUMNS)
+        from operations.models import Attempt, Event, Operation
+
+        self.extra_op = unnamed_defaults(Operation, OP_COLUMNS | INLINE_CLAIM_COLUMNS)
+        self.extra_event = unnamed_defaults(Event, EVENT_COLUMNS)
+        self.extra_attempt = unnamed_defaults(Attempt, ATTEMPT_COLUMNS)
+        self.throttle_key = self._throttle_row()
+
+    def _throttle_row(self) -> str | None:
+        """The row of the database cache this replica's token counts in, when the API
+        counts there (no Redis configured, a runner rate set); None otherwise."""
+        from django.conf import settings
+
+        from operations.throttling import CACHE_TABLE
+
+        backend = settings.CACHES["default"]["BACKEND"]
+        if backend != "operations.throttling.DatabaseCache" or not settings.THROTTLE_RUNNER_RATE:
+            return None
+        key = f":1:throttle:runner:replica-{secrets.token_hex(6)}:0"
+        self.conn.execute(
+            f"INSERT INTO {CACHE_TABLE} (cache_key, value, expires) VALUES (%s, %s, %s)",  # noqa: S608
+            (key, _pickled(0), datetime.now(UTC) + timedelta(days=1)),
+        )
+        return key
 
     def _request(self) -> str:
-        """What every request starts with: the health check and the token's lookup."""
+        """What every request starts with: the health check and the token's lookup, then
+        the throttle's count (operations/throttling.py) when it is in the database."""
         if self.token_cache:
             self._x("SELECT value FROM operations_token_generation WHERE id = 1").fetchone()
-            return self.runner_id
-        self._x("SELECT 1")
-        row = self._x(
-            "SELECT t.runner_id, t.*, r.* FROM operations_runnertoken t "
-            "JOIN operations_runner r ON r.id = t.runner_id WHERE t.token_hash = %s "
-            "ORDER BY t.id LIMIT 1",
-            (self.token_hash,),
-        ).fetchone()
-        return row[0]
+            runner_id = self.runner_id
+        else:
+            self._x("SELECT 1")
+            runner_id = self._x(
+                "SELECT t.runner_id, t.*, r.* FROM operations_runnertoken t "
+                "JOIN operations_runner r ON r.id = t.runner_id WHERE t.token_hash = %s "
+                "ORDER BY t.id LIMIT 1",
+                (self.token_hash,),
+            ).fetchone()[0]
+        if self.throttle_key is not None:
+            # The same two statements as ``DatabaseCache.incr``: a read, a compare-and-set.
+            now = datetime.now(UTC).replace(microsecond=0)
+            stored = self._x(
+                'SELECT "value" FROM "effectgate_cache" WHERE "cache_key" = %s AND "expires" > %s',
+                (self.throttle_key, now),
+            ).fetchone()[0]
+            count = pickle.loads(base64.b64decode(stored)) + 1  # noqa: S301 (our own row)
+            self._x(
+                'UPDATE "effectgate_cache" SET "value" = %s '
+                'WHERE "cache_key" = %s AND "value" = %s',
+                (_pickled(count), self.throttle_key, stored),
+            )
+        return runner_id
 
     def _event_row(
         self,
@@ -291,6 +324,7 @@ class SqlRunner(Statements):
                 "lease_until": lease_until,
                 "outcome_code": "",
                 "not_applied": False,
+                **self.extra_attempt,
             }
             event_names = ", ".join(registered)
             event_marks = "(" + ", ".join(["%s"] * len(registered)) + ")"
@@ -386,6 +420,18 @@ OP_COLUMNS = {
     "created_at",
     "updated_at",
     "status_changed_at",
+}
+# What the operation's row of an inline claim names beyond a ready operation's.
+INLINE_CLAIM_COLUMNS = {"lease_until", "event_seq", "event_head"}
+ATTEMPT_COLUMNS = {
+    "id",
+    "operation_id",
+    "number",
+    "status",
+    "claimed_at",
+    "lease_until",
+    "outcome_code",
+    "not_applied",
 }
 EVENT_COLUMNS = {
     "stream",

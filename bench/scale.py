@@ -28,7 +28,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from .lifecycle_sql import OP_COLUMNS
+from .columns import sql_fill
 
 WORKING_PENDING = 300
 WORKING_UNKNOWN = 300
@@ -65,28 +65,13 @@ class CommittedLookup:
         self.httpd.server_close()
 
 
-def _fill(cursor: Any, table: str, known: set[str]) -> tuple[str, str]:
-    """SQL expressions for NOT NULL columns without default that the seed does not
-    name (added to the model after this bench was written): their empty value."""
-    cursor.execute(
-        "SELECT column_name, data_type FROM information_schema.columns "
-        "WHERE table_name = %s AND is_nullable = 'NO' AND column_default IS NULL "
-        "AND is_identity = 'NO'",
-        (table,),
-    )
-    empty = {"boolean": "false", "integer": "0", "bigint": "0", "jsonb": "'{}'::jsonb"}
-    extra = [(name, empty.get(kind, "''")) for name, kind in cursor.fetchall() if name not in known]
-    return "".join(f", {name}" for name, _ in extra), "".join(f", {value}" for _, value in extra)
-
-
-OP_SEED_COLUMNS = OP_COLUMNS | {"next_probe_at", "lease_until"}
-
-
 class Ledger:
     """Bulk-seeds one runner's ledger and measures pages and sweeps over it."""
 
     def __init__(self, *, runner: Any, tool: Any, lookup_tool: Any) -> None:
         from django.db import connection
+
+        from operations.models import Run
 
         self.connection = connection
         self.runner = runner
@@ -94,17 +79,20 @@ class Ledger:
         self.lookup_tool = lookup_tool
         self.size = 0
         self.batches = 0
+        names, marks, fill = sql_fill(
+            Run,
+            {"id", "runner_id", "external_id", "principal", "status", "tool_calls", "turns",
+             "spend", "created_at", "updated_at"},
+            key="run",
+        )  # fmt: skip
         with connection.cursor() as cursor:
-            self.op_extra_names, self.op_extra_values = _fill(
-                cursor, "operations_operation", OP_SEED_COLUMNS
-            )
             cursor.execute(
-                """INSERT INTO operations_run (id, runner_id, external_id, principal, status,
-                        tool_calls, turns, spend, created_at, updated_at)
-                    SELECT 'run_seed' || lpad(i::text, 6, '0'), %s, '', 'user:seed', 'active',
-                        0, 0, 0, now(), now()
-                    FROM generate_series(0, %s) AS i""",
-                [runner.pk, SEED_RUNS - 1],
+                f"""INSERT INTO operations_run (id, runner_id, external_id, principal, status,
+                        tool_calls, turns, spend, created_at, updated_at{names})
+                    SELECT 'run_seed' || lpad(i::text, 6, '0'), %(runner)s, '', 'user:seed',
+                        'active', 0, 0, 0, now(), now(){marks}
+                    FROM generate_series(0, %(last)s) AS i""",  # noqa: S608
+                {"runner": runner.pk, "last": SEED_RUNS - 1, **fill},
             )
 
     def _operations(
@@ -118,9 +106,13 @@ class Ledger:
         tool: Any,
         extra_sql: dict[str, str] | None = None,
     ) -> None:
-        """Insert operations ``prefix + i`` for i in [start, stop)."""
+        """Insert operations ``prefix + i`` for i in [start, stop), each with an attempt
+        and its ``registered`` event."""
+        from operations.models import Attempt, Event, Operation
+
+        op_id = f"'{prefix}' || lpad(i::text, 12, '0')"
         columns = {
-            "id": f"'{prefix}' || lpad(i::text, 12, '0')",
+            "id": op_id,
             "runner_id": "%(runner)s",
             "run_id": f"'run_seed' || lpad(mod(i, {SEED_RUNS})::text, 6, '0')",
             "tool_id": "%(tool)s",
@@ -145,12 +137,16 @@ class Ledger:
             "status_changed_at": "now() - make_interval(secs => %(stop)s - i)",
             "next_probe_at": "NULL",
             "lease_until": "NULL",
+            # The chain head of the one event inserted below, as the services keep it
+            # (without it every transition of a seeded operation first repairs the head).
+            "event_seq": "1",
+            "event_head": f"md5({op_id}) || md5({op_id} || 'x')",
             **(extra_sql or {}),
         }
-        names = ", ".join(columns) + self.op_extra_names
-        values = ", ".join(columns.values()) + self.op_extra_values
+        names, marks, fill = sql_fill(Operation, columns, key="op")
         cursor.execute(
-            f"INSERT INTO operations_operation ({names}) SELECT {values} "  # noqa: S608
+            f"INSERT INTO operations_operation ({', '.join(columns)}{names}) "  # noqa: S608
+            f"SELECT {', '.join(columns.values())}{marks} "
             "FROM generate_series(%(start)s, %(stop)s - 1) AS i",
             {
                 "runner": self.runner.pk,
@@ -158,42 +154,64 @@ class Ledger:
                 "version": tool.active_version_id,
                 "start": start,
                 "stop": stop,
+                **fill,
             },
         )
+        names, marks, fill = sql_fill(
+            Attempt,
+            {"id", "operation_id", "number", "status", "claimed_at", "lease_until", "outcome",
+             "outcome_code", "closed_at", "not_applied"},
+            key="att",
+        )  # fmt: skip
         cursor.execute(
             f"""INSERT INTO operations_attempt (id, operation_id, number, status, claimed_at,
-                    lease_until, outcome, outcome_code, closed_at, not_applied)
+                    lease_until, outcome, outcome_code, closed_at, not_applied{names})
                 SELECT 'att_' || o.id, o.id, 1,
                     CASE o.status WHEN 'executing' THEN 'executing'
                         WHEN 'outcome_unknown' THEN 'unknown' ELSE 'succeeded' END,
                     o.created_at, coalesce(o.lease_until, o.created_at + interval '30 seconds'),
-                    NULL, '', NULL, false
+                    NULL, '', NULL, false{marks}
                 FROM operations_operation o
                 WHERE o.id >= '{prefix}' || lpad(%(start)s::text, 12, '0')
                   AND o.id < '{prefix}' || lpad(%(stop)s::text, 12, '0')""",  # noqa: S608
-            {"start": start, "stop": stop},
+            {"start": start, "stop": stop, **fill},
         )
+        names, marks, fill = sql_fill(
+            Event,
+            {"stream", "seq", "kind", "operation_id", "run_id", "tool_name", "from_status",
+             "to_status", "actor", "at", "data", "prev_hash", "hash"},
+            key="evt",
+        )  # fmt: skip
         cursor.execute(
             f"""INSERT INTO operations_event (stream, seq, kind, operation_id, run_id,
-                    tool_name, from_status, to_status, actor, at, data, prev_hash, hash)
+                    tool_name, from_status, to_status, actor, at, data, prev_hash, hash{names})
                 SELECT o.id, 1, 'registered', o.id, o.run_id, o.tool_id, '', o.status,
                     'runner:bench', o.created_at, '{{}}'::jsonb, repeat('0', 64),
-                    md5(o.id) || md5(o.id || 'x')
+                    md5(o.id) || md5(o.id || 'x'){marks}
                 FROM operations_operation o
                 WHERE o.id >= '{prefix}' || lpad(%(start)s::text, 12, '0')
                   AND o.id < '{prefix}' || lpad(%(stop)s::text, 12, '0')""",  # noqa: S608
-            {"start": start, "stop": stop},
+            {"start": start, "stop": stop, **fill},
         )
 
     def _requests(self, cursor: Any, *, where: str, status: str, expires: str) -> None:
+        from approvals.models import ApprovalRequest
+
+        names, marks, fill = sql_fill(
+            ApprovalRequest,
+            {"id", "operation_id", "intent_hash", "status", "approvals_required",
+             "grant_ttl_s", "reason", "context", "created_at", "expires_at", "decided_at"},
+            key="apr",
+        )  # fmt: skip
         cursor.execute(
             f"""INSERT INTO approvals_approvalrequest (id, operation_id, intent_hash, status,
                     approvals_required, grant_ttl_s, reason, context, created_at, expires_at,
-                    decided_at)
+                    decided_at{names})
                 SELECT 'apr_' || o.id, o.id, o.intent_hash, {status}, 1, 900,
                     'Seeded for the bench.', '{{}}'::jsonb, o.created_at, {expires},
-                    CASE WHEN {status} = 'pending' THEN NULL ELSE o.created_at END
-                FROM operations_operation o WHERE {where}"""  # noqa: S608
+                    CASE WHEN {status} = 'pending' THEN NULL ELSE o.created_at END{marks}
+                FROM operations_operation o WHERE {where}""",  # noqa: S608
+            fill,
         )
 
     def grow(self, size: int, *, log: Callable[[str], None] = print) -> float:

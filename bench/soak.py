@@ -249,6 +249,8 @@ def _workload(
     """The chaos harness's Effectgate runner, its threads spread over ``urls``."""
     spread = itertools.cycle(urls)
     lock = threading.Lock()
+    # What the clients repeated (a 429 would be throttling refusing the workload).
+    repeats: Counter[str] = Counter()
 
     def make_worker() -> tuple[Callable[[str], str], Callable[[], None]]:
         with lock:
@@ -282,6 +284,8 @@ def _workload(
             return last
 
         def close() -> None:
+            with lock:
+                repeats.update(client.stats)
             client.close()
             http.close()
 
@@ -289,7 +293,14 @@ def _workload(
 
     started = time.monotonic()
     answers, crashes = run_jobs(items, make_worker, workers=threads)
-    return _Report("effectgate", answers, crashes, time.monotonic() - started, run_ids=runs)
+    return _Report(
+        "effectgate",
+        answers,
+        crashes,
+        time.monotonic() - started,
+        run_ids=runs,
+        extra={"api_repeats": repeats},
+    )
 
 
 def _wait_webhooks(timeout_s: float) -> bool:
@@ -385,7 +396,9 @@ def soak(
                         # Every planned kill happens, during the workload or while its
                         # time-driven work (sweeps, probes, webhooks) goes on after it.
                         killer.join()
-                settled = settle(fleet.urls[0], fleet.token, timeout_s=180)
+                settled = settle(
+                    fleet.urls[0], fleet.token, timeout_s=180, repeats=report.extra["api_repeats"]
+                )
                 os.environ["DATABASE_URL"] = database_url
                 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
                 import django
@@ -413,6 +426,8 @@ def soak(
         and row["webhooks_unknown"] == 0
         and row["webhooks_undelivered"] == 0
         and row["settled"]
+        # Request throttling at its defaults must leave the workload alone.
+        and "status:429" not in row["api_repeats"]
     )
     return row
 
@@ -465,8 +480,8 @@ def main(argv: list[str] | None = None) -> int:
         "processes", "kills", "logical_operations", "provider_effects", "duplicates", "lost",
         "succeeded", "failed_no_effect", "in_reconciliation", "lease_expiries_twice",
         "probe_answers_twice", "webhook_messages", "webhooks_delivered", "webhooks_missing",
-        "webhook_redeliveries", "throughput_ops_s", "baseline_throughput_ops_s", "settled",
-        "database",
+        "webhook_redeliveries", "api_repeats", "throughput_ops_s", "baseline_throughput_ops_s",
+        "settled", "database",
     ):  # fmt: skip
         print(f"{key:28} {row.get(key)}")
     print(f"{'ok':28} {row['ok']}")

@@ -1,17 +1,22 @@
-"""Session timeouts for the console (docs/security.md, "Console sessions")."""
+"""The console's middleware: session timeouts (docs/security.md, "Console sessions"),
+request metrics, and the throttling of a person's POSTs."""
 
+import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import logout
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
+from django.template.loader import render_to_string
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
 from operations.metrics import HTTP_REQUEST_DURATION
+from operations.throttling import PersonRateThrottle
 
 from . import security
 
@@ -85,3 +90,34 @@ class RequestMetricsMiddleware:
             route=route, method=method, status=str(response.status_code)
         ).observe(time.perf_counter() - started)
         return response
+
+
+class PersonThrottleMiddleware:
+    """A signed-in person's POSTs (every change made in the console or the admin) count
+    against ``THROTTLE_SESSION_RATE`` in the shared cache; beyond it the POST is answered
+    429 with ``Retry-After`` and a page that says when to try again, and nothing runs.
+
+    In ``process_view``, so that only POSTs that passed the CSRF check (the middleware
+    before it) and reach a view are counted. Reads are not counted: an open page polls
+    every few seconds in each tab, which a budget for changes need not cover.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_view(
+        self, request: HttpRequest, view: Callable[..., Any], args: Any, kwargs: Any
+    ) -> HttpResponse | None:
+        if request.method != "POST" or not request.user.is_authenticated:
+            return None
+        throttle = PersonRateThrottle()
+        if throttle.allow_request(request, view):
+            return None
+        wait_s = max(1, math.ceil(throttle.wait()))
+        # Rendered without the request: no context processor runs (the navigation's
+        # counts are queries), so a refusal stays cheap however many arrive.
+        page = render_to_string("console/throttled.html", {"wait_s": wait_s})
+        return HttpResponse(page, status=429, headers={"Retry-After": str(wait_s)})

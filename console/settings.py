@@ -8,6 +8,7 @@ README.md lists each variable.
 
 import ipaddress
 import os
+import re
 import secrets
 from datetime import timedelta
 from pathlib import Path
@@ -115,6 +116,8 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     # After authentication, messages and htmx: it signs idle or old sessions out.
     "console.middleware.SessionTimeoutMiddleware",
+    # After the session timeout and the CSRF check: counts a signed-in person's POSTs.
+    "console.middleware.PersonThrottleMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Last, as django-axes requires: it answers locked-out sign-ins.
     "axes.middleware.AxesMiddleware",
@@ -259,6 +262,8 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
     "DATETIME_FORMAT": "iso-8601",
     "COERCE_DECIMAL_TO_STRING": False,
+    # The rate is THROTTLE_RUNNER_RATE, below; the count is kept in CACHES.
+    "DEFAULT_THROTTLE_CLASSES": ["operations.throttling.RunnerRateThrottle"],
 }
 
 SPECTACULAR_SETTINGS = {
@@ -314,6 +319,55 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
 # Beat intervals are short and every task is idempotent: a late copy only finds nothing.
 for _entry in CELERY_BEAT_SCHEDULE.values():
     _entry["options"] = {"expires": max(_entry["schedule"], 10.0)}
+
+# The cache every process shares: request throttling counts in it (operations/
+# throttling.py). Redis when one is configured: CACHE_URL, or else the Celery broker when
+# it is Redis (its keys carry the prefix "effectgate"; nothing here empties the cache,
+# which would empty the broker's queues too). Without Redis, a table in the database
+# that migrate creates: two more statements per throttled request.
+CACHE_URL = os.environ.get("CACHE_URL") or (
+    CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else ""
+)
+CACHES: dict[str, dict[str, Any]] = {
+    "default": (
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": CACHE_URL,
+            "KEY_PREFIX": "effectgate",
+            # A Redis that does not answer costs a request half a second, then the request
+            # goes on unthrottled (and logged): Redis must not take the API down.
+            "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+        }
+        if CACHE_URL
+        else {
+            "BACKEND": "operations.throttling.DatabaseCache",
+            "LOCATION": "effectgate_cache",
+            # Culling deletes expired counters first; only beyond this many live ones
+            # (identities that sent a request in the last two windows) does it drop some.
+            "OPTIONS": {"MAX_ENTRIES": 10000},
+        }
+    )
+}
+
+_RATE = re.compile(r"^[1-9][0-9]*/(s|sec|m|min|h|hour|d|day)$")
+
+
+def _rate(name: str, default: str) -> str:
+    """A throttle rate, ``<requests>/<s|min|hour|day>``; ``off`` (or empty) for none."""
+    value = os.environ.get(name, default).strip()
+    if value.lower() in ("", "off"):
+        return ""
+    if not _RATE.match(value):
+        raise ImproperlyConfigured(f"{name}: {value!r} is not a rate such as 600/min, or off")
+    return value
+
+
+# Requests one runner token may send per period, whatever the endpoint, and POSTs one
+# signed-in person may send to the console; beyond them, 429 with Retry-After. The
+# defaults are far above what a runner or a person does (make chaos sends about 20,000 a
+# minute with one token on two cores): they stop floods, not work.
+THROTTLE_RUNNER_RATE = _rate("THROTTLE_RUNNER_RATE", "60000/min")
+THROTTLE_SESSION_RATE = _rate("THROTTLE_SESSION_RATE", "600/min")
 
 # Webhooks to runners (Standard Webhooks). Private, loopback and link-local targets are
 # refused unless listed here (host names or CIDR ranges, comma-separated).

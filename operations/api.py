@@ -34,6 +34,7 @@ from .serializers import (
     RunOut,
     ToolInvokerOut,
     ToolOut,
+    ToolPageOut,
     ToolResultOut,
     WebhookEndpointCreatedOut,
     WebhookEndpointIn,
@@ -65,6 +66,9 @@ def _valid(serializer_class, request: Request) -> dict[str, Any]:
 
 
 class Pagination(CursorPagination):
+    """The lists' one paging: an opaque cursor, ``limit`` 1 to 200 (default 50), and
+    ``{"results", "next", "previous"}``; newest first unless a list orders otherwise."""
+
     ordering = "-id"
     page_size = 50
     page_size_query_param = "limit"
@@ -81,6 +85,29 @@ class Pagination(CursorPagination):
         return int(raw)
 
 
+class ToolPagination(Pagination):
+    # By name: a tool's name is its identity, and a runner looks contracts up by name.
+    ordering = "tool_id"
+
+
+PAGE_PARAMETERS = [
+    OpenApiParameter("cursor", str),
+    OpenApiParameter(
+        "limit", {"type": "integer", "minimum": 1, "maximum": Pagination.max_page_size}
+    ),
+]
+
+
+def _known_parameters_only(request: Request, known: set[str]) -> None:
+    # Like unknown body fields: a misspelt filter must not silently list everything.
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        raise InvalidRequest(
+            "Unknown query parameter(s); see errors.",
+            errors=[{"path": name, "message": "Unknown query parameter."} for name in unknown],
+        )
+
+
 # --- tools ------------------------------------------------------------------------------
 
 
@@ -88,10 +115,19 @@ class ToolListView(APIView):
     # Contracts are readable with either scope (operations.authentication.IsRunner).
     required_scope = RunnerToken.SCOPE_REGISTER_CONTRACTS
 
-    @extend_schema(responses={200: ToolOut(many=True), **_problems()}, tags=["tools"])
+    @extend_schema(
+        parameters=PAGE_PARAMETERS,
+        responses={200: ToolPageOut, **_problems(400, 404)},
+        tags=["tools"],
+        operation_id="tools_list",
+        description="The tools that have an active version, each as that version, by "
+        "name, a page at a time (api.md, Tools).",
+    )
     def get(self, request: Request) -> Response:
-        tools = [tool for tool in selectors.tools_all() if tool.active_version is not None]
-        return Response(ToolOut([tool.active_version for tool in tools], many=True).data)
+        _known_parameters_only(request, {"cursor", "limit"})
+        paginator = ToolPagination()
+        page = paginator.paginate_queryset(selectors.tool_versions_active(), request, view=self)
+        return paginator.get_paginated_response(ToolOut(page, many=True).data)
 
 
 class ToolDetailView(APIView):
@@ -242,23 +278,14 @@ class OperationListView(APIView):
             OpenApiParameter("status", str),
             OpenApiParameter("run", str),
             OpenApiParameter("tool", str),
-            OpenApiParameter("cursor", str),
-            OpenApiParameter(
-                "limit", {"type": "integer", "minimum": 1, "maximum": Pagination.max_page_size}
-            ),
+            *PAGE_PARAMETERS,
         ],
         responses={200: OperationPageOut, **_problems(400, 404)},
         tags=["operations"],
         operation_id="operations_list",
     )
     def get(self, request: Request) -> Response:
-        # Like unknown body fields: a misspelt filter must not silently list everything.
-        unknown = sorted(set(request.query_params) - LIST_PARAMETERS)
-        if unknown:
-            raise InvalidRequest(
-                "Unknown query parameter(s); see errors.",
-                errors=[{"path": name, "message": "Unknown query parameter."} for name in unknown],
-            )
+        _known_parameters_only(request, LIST_PARAMETERS)
         queryset = selectors.operations_for_runner(
             runner=_runner(request),
             status=request.query_params.get("status"),

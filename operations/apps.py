@@ -9,7 +9,7 @@ class OperationsConfig(AppConfig):
         # The append-only triggers of the audit tables (installed after every migrate).
         # The tasks module connects its receivers to the services' signals (the services
         # never import tasks): importing it here makes every process listen.
-        from django.db.models.signals import post_delete, post_save
+        from django.db.models.signals import post_delete, post_migrate, post_save
 
         from . import tasks, triggers  # noqa: F401
         from .models import WebhookEndpoint
@@ -18,3 +18,12 @@ class OperationsConfig(AppConfig):
         triggers.register()
         for signal in (post_save, post_delete):
             signal.connect(runner_webhook_events_refresh, sender=WebhookEndpoint)
+        # The database cache's table (request throttling), like the triggers after every
+        # migrate: no migration file, so it exists whichever cache is configured.
+        post_migrate.connect(_cache_table, sender=self)
+
+
+def _cache_table(sender: AppConfig, using: str, **kwargs: object) -> None:
+    from .throttling import cache_table_create
+
+    cache_table_create(using=using)

@@ -182,3 +182,10 @@ class StaleEvent(DomainError):
         400,
         "The event's timestamp is more than five minutes from now",
     )
+
+
+class RateLimited(DomainError):
+    """More requests with one token than ``THROTTLE_RUNNER_RATE`` allows (429, with
+    ``retry_after_ms`` and ``Retry-After``: when the count starts again)."""
+
+    code, status, title = "rate_limited", 429, "Too many requests"

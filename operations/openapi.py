@@ -1,8 +1,8 @@
 """OpenAPI post-processing: the answers every endpoint can give, described once.
 
 drf-spectacular describes each view's own answers (api.py). Some come from layers in
-front of every view instead: the bearer token and its scope (401, 403), and, for every
-request with a body, the strict JSON parser (400 ``malformed_json``, 413
+front of every view instead: the bearer token, its scope and its rate (401, 403, 429),
+and, for every request with a body, the strict JSON parser (400 ``malformed_json``, 413
 ``payload_too_large``, 415 ``unsupported_media_type``, 422 ``number_out_of_range``).
 This hook adds those to every operation and gives each 4xx answer the problem-details
 schema, so that the document describes everything the API can answer (schemathesis
@@ -39,6 +39,8 @@ PROBLEM_CONTENT = {"application/problem+json": {"schema": {"$ref": "#/components
 AUTH_PROBLEMS = {
     "401": "Missing, unknown, expired or revoked token (`not_authenticated`).",
     "403": "The token's scope does not allow this request (`forbidden`).",
+    "429": "More requests with this token than the server's rate allows (`rate_limited`, "
+    "with `retry_after_ms` and a `Retry-After` header).",
 }
 BODY_PROBLEMS = {
     "400": "The body is not acceptable JSON (`malformed_json`) or its fields are not valid "

@@ -15,6 +15,8 @@ from rest_framework.response import Response
 
 from approvals.errors import Refusal
 
+from .errors import RateLimited
+
 logger = logging.getLogger(__name__)
 
 PROBLEM_TYPE = "https://effectgate.dev/problems/"
@@ -59,7 +61,6 @@ _DRF_CODES: list[tuple[type[Exception], str]] = [
     (drf.UnsupportedMediaType, "unsupported_media_type"),
     (drf.NotAcceptable, "not_acceptable"),
     (drf.ParseError, "malformed_json"),
-    (drf.Throttled, "rate_limited"),
     (drf.PermissionDenied, "forbidden"),
 ]
 
@@ -73,7 +74,6 @@ _DRF_TITLES = {
     "unsupported_media_type": "The request body's media type is not supported",
     "not_acceptable": "The Accept header excludes JSON",
     "malformed_json": "The request body is not acceptable JSON",
-    "rate_limited": "Too many requests",
     "forbidden": "This token's scope does not allow the request",
     "invalid_request": "The request body is not valid",
 }
@@ -87,6 +87,15 @@ def _response(body: dict[str, Any], headers: dict[str, str] | None = None) -> Re
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    if isinstance(exc, drf.Throttled):
+        # DRF's throttle refusal is ours to word, with the wait every waiting refusal
+        # has. DRF rounds the throttle's wait up to whole seconds (``wait``; its stubs do
+        # not declare it).
+        wait_s = max(1, int(getattr(exc, "wait", None) or 1))
+        exc = RateLimited(
+            f"This token sent more requests than its rate allows; try again in {wait_s} s.",
+            retry_after_ms=wait_s * 1000,
+        )
     if isinstance(exc, Refusal):
         extra = dict(exc.extra)
         headers = {}
@@ -117,10 +126,6 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         if isinstance(exc, drf.NotAuthenticated | drf.AuthenticationFailed):
             headers["WWW-Authenticate"] = 'Bearer realm="effectgate"'
             exc.status_code = 401
-        # DRF sets Throttled.wait (whole seconds, or None); its stubs do not declare it.
-        wait = getattr(exc, "wait", None)
-        if isinstance(exc, drf.Throttled) and wait:
-            headers["Retry-After"] = str(int(wait) + 1)
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         return _response(problem(exc.status_code, code, _DRF_TITLES[code], detail), headers)
     view = context.get("view")

@@ -439,6 +439,14 @@ class ToolOut(serializers.Serializer):
         return {**version.contract, **body}
 
 
+class ToolPageOut(serializers.Serializer):
+    """A page of ``GET /tools`` (cursor pagination, by name)."""
+
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = ToolOut(many=True)
+
+
 class ToolInvokerOut(serializers.Serializer):
     tool = serializers.CharField()
     runner = serializers.CharField()

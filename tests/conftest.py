@@ -1,9 +1,13 @@
 """Shared fixtures: runner accounts with tokens, an API client, tool contracts."""
 
 import itertools
+import os
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import redis
 from rest_framework.test import APIClient
 
 from operations import services
@@ -134,3 +138,38 @@ def _static_without_manifest(settings):
         **settings.STORAGES,
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     }
+
+
+# The Redis the Celery tests use too (CI starts it); each test keeps to its own prefix.
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+DATABASE_CACHE = {
+    "BACKEND": "operations.throttling.DatabaseCache",
+    "LOCATION": "effectgate_cache",
+}
+
+
+@pytest.fixture
+def redis_cache(settings) -> Iterator[str]:
+    """The shared cache on Redis, as production has it; yields this test's key prefix.
+    Only this test's keys are deleted afterwards: other runs may share the Redis."""
+    prefix = f"eg-test-{uuid.uuid4().hex[:12]}"
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": prefix,
+        }
+    }
+    yield prefix
+    client = redis.Redis.from_url(REDIS_URL)
+    try:
+        for key in client.scan_iter(f"{prefix}:*"):
+            client.delete(key)
+    finally:
+        client.close()
+
+
+@pytest.fixture
+def database_cache(settings) -> None:
+    """The shared cache in the database, as without Redis (whatever the environment)."""
+    settings.CACHES = {"default": DATABASE_CACHE}

@@ -58,7 +58,7 @@ from .runner import (
     runner_get_by_name,
     runners_active,
     tool_get,
-    tools_all,
+    tool_versions_active,
     webhook_endpoint_get_for_runner,
     webhook_endpoints_for_runner,
 )
@@ -112,7 +112,7 @@ __all__ = [
     "tool_get_for_user",
     "tool_runners",
     "tool_versions",
-    "tools_all",
+    "tool_versions_active",
     "tools_visible_to_user",
     "webhook_endpoint_get_for_runner",
     "webhook_endpoints_for_runner",

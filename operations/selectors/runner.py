@@ -5,6 +5,7 @@ be probed."""
 from typing import Any
 
 from django.db.models import (
+    F,
     Prefetch,
     QuerySet,
 )
@@ -20,6 +21,7 @@ from ..models import (
     Run,
     Runner,
     Tool,
+    ToolVersion,
     WebhookEndpoint,
 )
 
@@ -127,5 +129,10 @@ def runner_get_by_name(name: str) -> Runner:
     return runner
 
 
-def tools_all() -> QuerySet[Tool]:
-    return Tool.objects.select_related("active_version").prefetch_related("versions")
+def tool_versions_active() -> QuerySet[ToolVersion]:
+    """The version in force of every tool that has one, with what ``ToolOut`` reads
+    (the tool, its owner and active version) in the same query; every runner may read
+    contracts."""
+    return ToolVersion.objects.filter(tool__active_version=F("pk")).select_related(
+        "tool__owner", "tool__active_version"
+    )

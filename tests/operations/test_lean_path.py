@@ -12,6 +12,7 @@ import time
 
 import pytest
 from django.conf import settings
+from django.core.cache import cache
 from django.core.management import call_command
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
@@ -25,9 +26,11 @@ from operations.models import (
     OutboxMessage,
     Run,
     Runner,
+    RunnerToken,
     WebhookEndpoint,
 )
 from operations.serializers import AttemptOut, OperationOut
+from operations.throttling import WindowRateThrottle
 from tests.conftest import make_runner
 
 POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
@@ -151,12 +154,9 @@ def test_another_runner_cannot_post_an_outcome_to_an_operation(api):
     assert Operation.objects.get(pk=op["id"]).status == "executing"
 
 
-@pytest.mark.skipif(
-    not POSTGRES, reason="the counts are PostgreSQL's (one INSERT for rows of two tables)"
-)
-@pytest.mark.django_db(transaction=True)
-def test_a_lifecycle_sends_its_essential_statements_only():
-    # Outside a test transaction: the transactions' own BEGIN and COMMIT are counted.
+def _lifecycle_statements() -> tuple[list[str], list[str], Runner]:
+    """The first word of each statement a register+claim and an outcome send, once the
+    token is remembered and the throttle's count for this minute exists."""
     api = make_runner()
     api.tool("t")
     run = api.run()
@@ -165,15 +165,60 @@ def test_a_lifecycle_sends_its_essential_statements_only():
         op = _claimed(api, run)
     with CaptureQueriesContext(connection) as outcome:
         api.outcome(op["id"], 1, {"kind": "succeeded"})
-    statements = [query["sql"].split()[0].upper() for query in register.captured_queries]
+    assert not any("SAVEPOINT" in query["sql"] for query in register.captured_queries)
+    return (
+        [query["sql"].split()[0].upper() for query in register.captured_queries],
+        [query["sql"].split()[0].upper() for query in outcome.captured_queries],
+        api.runner,
+    )
+
+
+@pytest.fixture
+def frozen_throttle_clock(monkeypatch):
+    """Half-way through a minute for the whole test: no throttle window starts (its
+    first request writes the count's row) between the warm-up and the measure."""
+    monkeypatch.setattr(WindowRateThrottle, "timer", staticmethod(lambda: 1_800_000_030.0))
+
+
+@pytest.mark.skipif(
+    not POSTGRES, reason="the counts are PostgreSQL's (one INSERT for rows of two tables)"
+)
+@pytest.mark.django_db(transaction=True)
+def test_a_lifecycle_sends_its_essential_statements_only(redis_cache, frozen_throttle_clock):
+    # Outside a test transaction: the transactions' own BEGIN and COMMIT are counted.
+    register, outcome, runner = _lifecycle_statements()
     # generation read, run+tool read, BEGIN, INSERT operation, INSERT attempt+events,
     # UPDATE run, COMMIT
-    assert statements == ["SELECT", "SELECT", "BEGIN", "INSERT", "WITH", "UPDATE", "COMMIT"]
-    statements = [query["sql"].split()[0].upper() for query in outcome.captured_queries]
+    assert register == ["SELECT", "SELECT", "BEGIN", "INSERT", "WITH", "UPDATE", "COMMIT"]
     # generation read, BEGIN, locking read, UPDATE attempt, INSERT event, UPDATE
     # operation, COMMIT
-    assert statements == ["SELECT", "BEGIN", "SELECT", "UPDATE", "INSERT", "UPDATE", "COMMIT"]
-    assert not any("SAVEPOINT" in query["sql"] for query in register.captured_queries)
+    assert outcome == ["SELECT", "BEGIN", "SELECT", "UPDATE", "INSERT", "UPDATE", "COMMIT"]
+    # Throttled all the same, on Redis: tool, run, two registrations, the outcome.
+    token = RunnerToken.objects.get(runner=runner)
+    assert cache.get(f"throttle:runner:{token.pk}:{1_800_000_030 // 60}") == 5
+
+
+@pytest.mark.skipif(
+    not POSTGRES, reason="the counts are PostgreSQL's (one INSERT for rows of two tables)"
+)
+@pytest.mark.django_db(transaction=True)
+def test_on_the_database_cache_the_throttle_adds_two_statements_per_request(
+    database_cache, frozen_throttle_clock
+):
+    """Without Redis the throttle's count is a row of the database cache: its read and
+    its compare-and-set UPDATE, in autocommit, after the token's generation read."""
+    register, outcome, runner = _lifecycle_statements()
+    throttle = ["SELECT", "UPDATE"]
+    assert register == [
+        *["SELECT", *throttle],
+        *["SELECT", "BEGIN", "INSERT", "WITH", "UPDATE", "COMMIT"],
+    ]
+    assert outcome == [
+        *["SELECT", *throttle],
+        *["BEGIN", "SELECT", "UPDATE", "INSERT", "UPDATE", "COMMIT"],
+    ]
+    token = RunnerToken.objects.get(runner=runner)
+    assert cache.get(f"throttle:runner:{token.pk}:{1_800_000_030 // 60}") == 5
 
 
 def test_the_bodies_built_without_serializers_have_the_declared_fields(api):

@@ -3,11 +3,13 @@
 import copy
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from operations.contracts import normalize_contract, weakenings
 from operations.errors import InvalidContract
 from operations.models import Tool, ToolVersion
-from tests.conftest import REFUND_SCHEMA, contract
+from tests.conftest import REFUND_SCHEMA, contract, make_runner
 
 
 def test_put_creates_then_versions_only_on_change(api):
@@ -25,7 +27,8 @@ def test_put_creates_then_versions_only_on_change(api):
     assert changed.status_code == 200
     assert (changed.json()["version"], changed.json()["active_version"]) == (2, 2)
     assert api.get("/api/v1/tools/send_refund").json()["approval"]["approvals_required"] == 2
-    assert [t["name"] for t in api.get("/api/v1/tools").json()] == ["send_refund"]
+    listed = api.get("/api/v1/tools").json()["results"]
+    assert [(t["name"], t["version"]) for t in listed] == [("send_refund", 2)]
 
 
 def test_weakening_version_stays_inactive_and_operations_keep_the_active_one(api):
@@ -37,6 +40,79 @@ def test_weakening_version_stays_inactive_and_operations_keep_the_active_one(api
     op = api.register(api.run(), "refund")
     assert op["tool_version"] == 1
     assert op["status"] == "awaiting_approval"
+
+
+# --- GET /tools: a page at a time, like the other lists --------------------------------
+
+
+def _page(api, path: str, **params) -> dict:
+    response = api.get(path, params or None)
+    assert response.status_code == 200, response.json()
+    return response.json()
+
+
+def _path(url: str) -> str:
+    return url.removeprefix("http://testserver")
+
+
+def test_the_tool_list_is_paged_by_name_with_the_lists_cursor(api):
+    for name in ("charge", "archive", "email", "bill", "delete"):
+        api.tool(name, contract("irreversible", approval={"mode": "always"}))
+    # A weakening version stays inactive: the list shows the version in force.
+    api.put("/api/v1/tools/bill", contract("irreversible", approval={"mode": "never"}))
+
+    first = _page(api, "/api/v1/tools", limit=2)
+    assert set(first) == {"results", "next", "previous"}
+    assert [(t["name"], t["version"], t["active"]) for t in first["results"]] == [
+        ("archive", 1, True),
+        ("bill", 1, True),
+    ]
+    assert first["previous"] is None
+    second = _page(api, _path(first["next"]))
+    assert [t["name"] for t in second["results"]] == ["charge", "delete"]
+    last = _page(api, _path(second["next"]))
+    assert [t["name"] for t in last["results"]] == ["email"]
+    assert last["next"] is None
+    back = _page(api, _path(last["previous"]))
+    assert [t["name"] for t in back["results"]] == ["charge", "delete"]
+    # Everything at once within the default page, each body as GET /tools/{name} has it.
+    everything = _page(api, "/api/v1/tools")["results"]
+    assert everything == [_page(api, f"/api/v1/tools/{t['name']}") for t in everything]
+    assert Tool.objects.count() == 5
+    assert ToolVersion.objects.filter(tool_id="bill").count() == 2
+
+
+def test_the_tool_list_refuses_unknown_parameters_bad_limits_and_foreign_cursors(api):
+    api.tool("refund")
+    unknown = api.get("/api/v1/tools", {"name": "refund"})
+    assert unknown.status_code == 400
+    assert unknown.json()["code"] == "invalid_request"
+    assert unknown.json()["errors"] == [{"path": "name", "message": "Unknown query parameter."}]
+    for limit in ("0", "201", "ten"):
+        bad = api.get("/api/v1/tools", {"limit": limit})
+        assert (bad.status_code, bad.json()["code"]) == (400, "invalid_request"), limit
+    foreign = api.get("/api/v1/tools", {"cursor": "not-a-cursor"})
+    assert (foreign.status_code, foreign.json()["code"]) == (404, "not_found")
+    assert _page(api, "/api/v1/tools", limit=200)["results"][0]["name"] == "refund"
+
+
+def test_a_page_of_tools_costs_the_same_statements_however_many_tools(api):
+    def statements() -> int:
+        with CaptureQueriesContext(connection) as queries:
+            _page(api, "/api/v1/tools")
+        # The throttle's count (operations/throttling.py) is not the list's.
+        return sum("effectgate_cache" not in query["sql"] for query in queries.captured_queries)
+
+    other = make_runner()
+    api.tool("a")
+    other.tool("b")
+    few = statements()
+    for index in range(6):
+        (api if index % 2 else other).tool(f"more_{index}")
+    assert statements() == few
+    owners = {t["name"]: t["owner"] for t in _page(api, "/api/v1/tools")["results"]}
+    assert owners["a"] == api.runner.name
+    assert owners["b"] == owners["more_0"] == other.runner.name
 
 
 def test_defaults_depend_on_the_effect_class():

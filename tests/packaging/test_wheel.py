@@ -204,7 +204,7 @@ def test_the_installed_package_runs_from_any_folder(installed):
         wait_for_port(port, timeout_s=30, process=server)
         answer = httpx.get(f"http://127.0.0.1:{port}/api/v1/tools", headers=auth)
         assert answer.status_code == 200, answer.text
-        assert [tool["name"] for tool in answer.json()] == ["wheel_refund"]
+        assert [tool["name"] for tool in answer.json()["results"]] == ["wheel_refund"]
         assert httpx.get(f"http://127.0.0.1:{port}/login/").status_code == 200
     finally:
         server.send_signal(signal.SIGINT)
