@@ -103,6 +103,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: it times everything below it (effectgate_http_request_duration_seconds).
     "console.middleware.RequestMetricsMiddleware",
+    # Before anything reads the request (sessions look their cookie up in the database).
+    "console.middleware.RefuseNulMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",

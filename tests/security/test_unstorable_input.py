@@ -1,0 +1,151 @@
+"""Input that no column can hold, or no arithmetic can use, is refused with a 4xx: never
+a 500, on PostgreSQL (CI's database, which refuses U+0000 in text) as on SQLite.
+
+Each test asserts the answer and that nothing was written or changed.
+"""
+
+import json
+
+import pytest
+from django.test import Client
+
+from operations import services
+from operations.models import InboundEvent, Tool, WebhookEndpoint
+from tests.conftest import contract
+from tests.console.conftest import client_for
+
+from .conftest import ledger_state
+
+
+def _problem(response, status: int, code: str) -> dict:
+    assert response.status_code == status, response.content[:300]
+    assert response["Content-Type"] == "application/problem+json"
+    body = json.loads(response.content)
+    assert body["code"] == code, body
+    return body
+
+
+# --- U+0000 in the path, the query string, a header or a form field ------------------
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("get", "/api/v1/operations/op_%00"),
+        ("get", "/api/v1/operations/op_%00/events"),
+        ("get", "/api/v1/operations?status=%00"),
+        ("get", "/api/v1/operations?run=run_%00"),
+        ("get", "/api/v1/operations?%00=ready"),
+        ("get", "/api/v1/runs/run_%00"),
+        ("get", "/api/v1/tools/%00"),
+        ("post", "/api/v1/operations/op_%00/attempts"),
+    ],
+)
+def test_nul_in_an_api_url_is_a_400_problem(api, method, path):
+    before = ledger_state()
+    response = getattr(api.client, method)(path)
+    problem = _problem(response, 400, "invalid_request")
+    assert "U+0000" in problem["detail"]
+    assert ledger_state() == before
+
+
+def test_deleting_a_webhook_endpoint_named_with_nul_is_refused_and_deletes_nothing(api):
+    endpoint, _ = services.webhook_endpoint_create(
+        runner=api.runner, url="https://hooks.example/x", events=["operation.*"]
+    )
+    before = ledger_state()
+    _problem(api.client.delete("/api/v1/webhook-endpoints/%00"), 400, "invalid_request")
+    assert WebhookEndpoint.objects.filter(pk=endpoint.pk).exists()
+    assert ledger_state() == before
+
+
+def test_an_inbound_event_for_a_tool_named_with_nul_is_refused_without_a_token(db):
+    response = Client().post("/api/v1/inbound/%00", b"{}", content_type="application/json")
+    _problem(response, 400, "invalid_request")
+    assert not InboundEvent.objects.exists()
+
+
+def test_nul_in_a_header_is_refused_before_the_view(api):
+    """A header a view stores (an inbound event's webhook-id, a traceparent) or that a
+    lookup uses (the session cookie) with U+0000 fails in PostgreSQL; it is refused
+    first, and its value is not repeated in the answer."""
+    api.tool("t")
+    run = api.run()
+    before = ledger_state()
+    response = api.post(
+        "/api/v1/operations",
+        {
+            "run": run,
+            "tool": "t",
+            "operation_key": "k",
+            "arguments": {"payment_id": "p", "amount_cents": 1},
+        },
+        HTTP_TRACEPARENT="00-secret\x00value",
+    )
+    problem = _problem(response, 400, "invalid_request")
+    assert "Traceparent header" in problem["detail"]
+    assert "secret" not in problem["detail"]
+    assert ledger_state() == before
+
+
+def test_a_session_cookie_with_nul_is_a_400_page(superuser):
+    client = client_for(superuser)
+    response = client.get("/operations/", HTTP_COOKIE="sessionid=abcdefgh\x00ijk")
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("text/html")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/search/?q=%00",
+        "/operations/?tool=%00",
+        "/operations/?q=ab%00cd",
+        "/reconciliation/?run=%00",
+        "/operations/op_%00/",
+        "/runs/?principal=%00",
+        "/audit/?actor=%00",
+        "/inbound/?tool=%00",
+        "/?tool=%00",
+        "/admin/operations/operation/?q=%00",
+    ],
+)
+def test_nul_in_a_console_url_is_a_400_message_page(world, superuser, path):
+    response = client_for(superuser).get(path)
+    assert response.status_code == 400
+    assert response["Content-Type"].startswith("text/html")
+    assert "U+0000" in response.content.decode()
+
+
+def test_nul_in_a_console_form_field_is_refused_and_changes_nothing(world, superuser):
+    tool = Tool.objects.get(pk="refund")
+    response = client_for(superuser).post(
+        "/tools/refund/owner", {"action": "transfer", "runner": "r\x00"}
+    )
+    assert response.status_code == 400
+    assert "form field &#x27;runner&#x27;" in response.content.decode()
+    assert Tool.objects.get(pk="refund").owner_id == tool.owner_id
+
+
+def test_a_signed_inbound_event_whose_id_holds_nul_is_refused_and_not_recorded(api, capsys):
+    """The provider holds the secret and may still send what no column holds."""
+    from django.core.management import call_command
+    from django.utils import timezone
+    from standardwebhooks.webhooks import Webhook
+
+    inbound = {"type": "/type", "succeeded": ["ok"], "idempotency_key": "/key"}
+    api.tool("refund", contract("irreversible", approval={"mode": "never"}, inbound=inbound))
+    call_command("tool", "inbound-secret", "refund")
+    signer = Webhook(capsys.readouterr().out.strip().splitlines()[-1])
+    now = timezone.now()
+    body = b'{"type": "ok"}'
+    response = Client().post(
+        "/api/v1/inbound/refund",
+        body,
+        content_type="application/json",
+        HTTP_WEBHOOK_ID="evt\x00",
+        HTTP_WEBHOOK_TIMESTAMP=str(int(now.timestamp())),
+        HTTP_WEBHOOK_SIGNATURE=signer.sign("evt\x00", now, body.decode()),
+    )
+    _problem(response, 400, "invalid_request")
+    assert not InboundEvent.objects.exists()
