@@ -278,6 +278,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # operations.converters.CountConverter: the path integers (attempt numbers), at most
+    # 2^53-1 like every integer of the API.
+    "PATH_CONVERTER_OVERRIDES": {
+        "count": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1},
+    },
 }
 
 LOGGING: dict[str, Any] = {

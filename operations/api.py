@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import openapi, payloads, selectors, services
+from . import openapi, params, payloads, selectors, services
 from .egress import HostPolicy
 from .errors import InvalidRequest, NotFound, OperationKeyRequired, UrlNotAllowed
 from .models import Runner, RunnerToken
@@ -76,9 +76,10 @@ class Pagination(CursorPagination):
         raw = request.query_params.get(self.page_size_query_param)
         if raw is None:
             return self.page_size
-        if not raw.isdigit() or not 1 <= int(raw) <= self.max_page_size:
+        size = params.parse_count(raw, minimum=1, maximum=self.max_page_size)
+        if size is None:
             raise InvalidRequest(f"limit must be an integer from 1 to {self.max_page_size}.")
-        return int(raw)
+        return size
 
 
 # --- tools ------------------------------------------------------------------------------
@@ -494,8 +495,10 @@ urlpatterns = [
     path("operations/<str:operation_id>/events", OperationEventsView.as_view()),
     path("operations/<str:operation_id>/tool-result", ToolResultView.as_view()),
     path("operations/<str:operation_id>/attempts", AttemptListView.as_view()),
-    path("operations/<str:operation_id>/attempts/<int:number>/heartbeat", HeartbeatView.as_view()),
-    path("operations/<str:operation_id>/attempts/<int:number>/outcome", OutcomeView.as_view()),
+    path(
+        "operations/<str:operation_id>/attempts/<count:number>/heartbeat", HeartbeatView.as_view()
+    ),
+    path("operations/<str:operation_id>/attempts/<count:number>/outcome", OutcomeView.as_view()),
     path("operations/<str:operation_id>/reconciliations", ReconciliationView.as_view()),
     path("operations/<str:operation_id>/compensations", CompensationView.as_view()),
     path("approvals/<str:approval_id>", ApprovalDetailView.as_view()),

@@ -5,6 +5,7 @@ Each test asserts the answer and that nothing was written or changed.
 """
 
 import json
+import time
 
 import pytest
 from django.test import Client
@@ -127,25 +128,110 @@ def test_nul_in_a_console_form_field_is_refused_and_changes_nothing(world, super
     assert Tool.objects.get(pk="refund").owner_id == tool.owner_id
 
 
-def test_a_signed_inbound_event_whose_id_holds_nul_is_refused_and_not_recorded(api, capsys):
+def test_a_signed_inbound_event_whose_id_holds_nul_is_refused_and_not_recorded(inbound_secret):
     """The provider holds the secret and may still send what no column holds."""
+    response = _inbound(inbound_secret, str(int(time.time())), msg_id="evt\x00")
+    _problem(response, 400, "invalid_request")
+    assert not InboundEvent.objects.exists()
+
+
+# --- integers longer than anything they count ----------------------------------------
+
+TWENTY_DIGITS = "9" * 20
+FIVE_THOUSAND_DIGITS = "9" * 5000
+
+
+@pytest.fixture
+def executing(api):
+    api.tool("t")
+    op = api.register(api.run(), "t")
+    api.claim(op["id"])
+    return op
+
+
+@pytest.mark.parametrize("number", [TWENTY_DIGITS, FIVE_THOUSAND_DIGITS, str(2**53)])
+@pytest.mark.parametrize(
+    ("step", "body"),
+    [("outcome", {"kind": "succeeded"}), ("heartbeat", {"lease_s": 30})],
+)
+def test_an_attempt_number_beyond_2_53_in_the_path_is_404_and_records_nothing(
+    api, executing, number, step, body
+):
+    before = ledger_state()
+    response = api.post(f"/api/v1/operations/{executing['id']}/attempts/{number}/{step}", body)
+    _problem(response, 404, "not_found")
+    assert ledger_state() == before
+
+
+def test_the_largest_attempt_number_the_path_admits_reaches_the_view(api, executing):
+    response = api.post(
+        f"/api/v1/operations/{executing['id']}/attempts/{2**53 - 1}/heartbeat", {"lease_s": 30}
+    )
+    problem = _problem(response, 404, "not_found")
+    assert "attempt" in problem["detail"].lower()
+
+
+@pytest.mark.parametrize("limit", ["\u00b2", "\u0661", FIVE_THOUSAND_DIGITS, TWENTY_DIGITS, "-1"])
+def test_a_limit_that_is_not_plain_digits_in_range_is_a_400_problem(api, limit):
+    problem = _problem(api.get("/api/v1/operations", {"limit": limit}), 400, "invalid_request")
+    assert "limit" in problem["detail"]
+
+
+@pytest.mark.parametrize("minutes", [TWENTY_DIGITS, FIVE_THOUSAND_DIGITS, "-5", "abc", "\u00b2"])
+def test_an_age_filter_that_is_not_a_whole_number_in_range_is_a_400_page(world, superuser, minutes):
+    response = client_for(superuser).get("/reconciliation/", {"min_age_m": minutes})
+    assert response.status_code == 400
+    assert "min_age_m must be a whole number" in response.content.decode()
+
+
+def test_an_age_filter_in_range_still_filters(world, superuser):
+    client = client_for(superuser)
+    unknown = world.hidden[0]["id"]
+    assert unknown in client.get("/reconciliation/", {"min_age_m": "0"}).content.decode()
+    old = client.get("/reconciliation/", {"min_age_m": str(100 * 365 * 24 * 60)})
+    assert old.status_code == 200
+    assert unknown not in old.content.decode()
+
+
+@pytest.fixture
+def inbound_secret(api, capsys) -> str:
     from django.core.management import call_command
-    from django.utils import timezone
-    from standardwebhooks.webhooks import Webhook
 
     inbound = {"type": "/type", "succeeded": ["ok"], "idempotency_key": "/key"}
     api.tool("refund", contract("irreversible", approval={"mode": "never"}, inbound=inbound))
     call_command("tool", "inbound-secret", "refund")
-    signer = Webhook(capsys.readouterr().out.strip().splitlines()[-1])
-    now = timezone.now()
+    return capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def _inbound(secret: str, stamp: str, *, signature: str | None = None, msg_id: str = "evt_1"):
+    from operations import webhooks
+
     body = b'{"type": "ok"}'
-    response = Client().post(
+    if signature is None:
+        signature = webhooks.sign(secret, msg_id, int(stamp), body)
+    return Client().post(
         "/api/v1/inbound/refund",
         body,
         content_type="application/json",
-        HTTP_WEBHOOK_ID="evt\x00",
-        HTTP_WEBHOOK_TIMESTAMP=str(int(now.timestamp())),
-        HTTP_WEBHOOK_SIGNATURE=signer.sign("evt\x00", now, body.decode()),
+        HTTP_WEBHOOK_ID=msg_id,
+        HTTP_WEBHOOK_TIMESTAMP=stamp,
+        HTTP_WEBHOOK_SIGNATURE=signature,
     )
-    _problem(response, 400, "invalid_request")
+
+
+@pytest.mark.parametrize("stamp", [FIVE_THOUSAND_DIGITS, TWENTY_DIGITS, "\u00b9\u00b2"])
+def test_a_webhook_timestamp_no_date_can_be_is_a_bad_signature(inbound_secret, stamp):
+    """Even correctly signed (the provider holds the secret), a timestamp of more digits
+    than 2^53-1 has is malformed, like one in other scripts' digits."""
+    signature = None if stamp.isascii() and len(stamp) < 4300 else "v1,AAAA"
+    response = _inbound(inbound_secret, stamp, signature=signature)
+    _problem(response, 401, "invalid_signature")
+    assert not InboundEvent.objects.exists()
+
+
+@pytest.mark.parametrize("stamp", [str(2**53 - 1), "0"])
+def test_a_signed_timestamp_centuries_away_is_a_stale_event(inbound_secret, stamp):
+    """A far timestamp is stale, not a date overflow."""
+    problem = _problem(_inbound(inbound_secret, stamp), 400, "stale_event")
+    assert "replays are refused" in problem["detail"]
     assert not InboundEvent.objects.exists()
