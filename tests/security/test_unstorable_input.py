@@ -235,3 +235,77 @@ def test_a_signed_timestamp_centuries_away_is_a_stale_event(inbound_secret, stam
     problem = _problem(_inbound(inbound_secret, stamp), 400, "stale_event")
     assert "replays are refused" in problem["detail"]
     assert not InboundEvent.objects.exists()
+
+
+# --- numbers that RFC 8785 could not write once stored ---------------------------------
+
+NUMBERS = {
+    "type": "object",
+    "required": ["n"],
+    "properties": {"n": {"type": "number"}},
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture
+def measure_run(api) -> str:
+    api.tool("measure", contract("irreversible", input_schema=NUMBERS, approval={"mode": "always"}))
+    return api.run()
+
+
+def _register_number(api, run: str, text: str):
+    body = (
+        f'{{"run": "{run}", "tool": "measure", "operation_key": "k", "arguments": {{"n": {text}}}}}'
+    )
+    return api.client.post("/api/v1/operations", body.encode(), content_type="application/json")
+
+
+@pytest.mark.parametrize("text", ["1e300", "-1e20", "1e16", "9007199254740992.0"])
+def test_an_integer_written_as_a_double_beyond_2_53_is_refused_at_registration(
+    api, measure_run, text
+):
+    """On PostgreSQL, 1e300 read back from jsonb is a 301-digit integer, which RFC 8785
+    refuses: the approval page, which hashes what it shows, answered 500. It is refused
+    where it arrives instead, like the integer it is."""
+    before = ledger_state()
+    response = _register_number(api, measure_run, text)
+    _problem(response, 422, "number_out_of_range")
+    assert ledger_state() == before
+
+
+@pytest.mark.parametrize("text", ["1e15", "9007199254740991.0", "1.5e-300", "0.1"])
+def test_a_double_within_2_53_is_stored_and_hashed_as_it_reads_back(
+    api, measure_run, superuser, text
+):
+    """What the database gives back is the number that was hashed: the approval page
+    (which recomputes the intent hash) renders, and the hash is the one registered."""
+    from operations.canonical import intent_hash
+    from operations.models import Operation
+
+    response = _register_number(api, measure_run, text)
+    assert response.status_code == 201, response.content[:300]
+    op = Operation.objects.get(pk=response.json()["id"])
+    assert op.arguments["n"] == float(text)
+    assert intent_hash(tool="measure", arguments=op.arguments, principal=op.principal) == (
+        op.intent_hash
+    )
+    page = client_for(superuser).get(f"/approvals/{response.json()['approval']['id']}/")
+    assert page.status_code == 200
+
+
+def test_minus_zero_is_stored_as_the_zero_its_hash_covers(api, measure_run):
+    """RFC 8785 writes -0.0 as 0: the stored arguments say 0 too, on every database."""
+    import math
+
+    from operations.canonical import intent_hash
+    from operations.models import Operation
+
+    response = _register_number(api, measure_run, "-0.0")
+    assert response.status_code == 201, response.content[:300]
+    stored = Operation.objects.get(pk=response.json()["id"])
+    assert stored.arguments == {"n": 0.0}
+    assert math.copysign(1, stored.arguments["n"]) == 1
+    assert response.json()["arguments"] == {"n": 0.0}
+    assert stored.intent_hash == intent_hash(
+        tool="measure", arguments={"n": 0}, principal=stored.principal
+    )
