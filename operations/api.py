@@ -41,7 +41,9 @@ from .serializers import (
     tool_result,
 )
 
-TOOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+# Matched in full (``fullmatch``): with ``match``, ``$`` also matches before a final
+# newline, so "nltool\n" (and a 101-character name ending in one) passed.
+TOOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 PROBLEM = OpenApiResponse(
     description="RFC 9457 problem details (application/problem+json) with a stable `code`."
@@ -113,7 +115,7 @@ class ToolDetailView(APIView):
         "weakens the active contract is stored inactive until a person activates it.",
     )
     def put(self, request: Request, name: str) -> Response:
-        if not TOOL_NAME.match(name):
+        if not TOOL_NAME.fullmatch(name):
             raise NotFound("Tool names are 1-100 letters, digits, '_', '.' or '-'.")
         registration = services.tool_register(name=name, body=request.data, runner=_runner(request))
         version = registration.version

@@ -243,7 +243,9 @@ def _edited_arguments(op: Operation, edits: dict[str, Any]) -> tuple[Any, list[d
     return edited, changes
 
 
-EDIT_SUFFIX = re.compile(r"~edit-(\d+)$")
+# At the very end (``\Z``; "$" would also match before a final newline), in ASCII
+# digits (``\d`` admits other scripts' digits).
+EDIT_SUFFIX = re.compile(r"~edit-([0-9]+)\Z")
 KEY_MAX_LENGTH = 255  # Operation.operation_key
 
 

@@ -147,6 +147,23 @@ def test_a_second_edit_supersedes_the_successor(api):
     assert Operation.objects.get(pk=successor.id).status == "superseded"
 
 
+def test_an_edit_suffix_in_other_digits_is_part_of_the_original_key(api):
+    """Only ASCII digits count edits: "~edit-\u0661" is a runner's own key, not edit 1."""
+    op = _pending(api, key="refund-551~edit-\u0661")
+    successor = _edit(op, person(decide_on="refund"), {"/amount_cents": 1000})
+    assert successor.operation_key == "refund-551~edit-\u0661~edit-1"
+    assert Operation.objects.filter(operation_key="refund-551~edit-2").count() == 0
+
+
+def test_an_edit_suffix_before_a_final_newline_is_part_of_the_original_key(api):
+    """The API trims a key's final newline; a key stored with one (by another path)
+    still names no edit: the suffix counts only at the very end."""
+    from operations.services.decisions import _successor_key
+
+    op = Operation(runner_id=api.runner.pk, operation_key="refund-551~edit-1\n")
+    assert _successor_key(op) == "refund-551~edit-1\n~edit-1"
+
+
 def test_refusals_write_nothing(api):
     op = _pending(api)
     approver = person(decide_on="refund")

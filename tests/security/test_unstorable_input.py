@@ -309,3 +309,46 @@ def test_minus_zero_is_stored_as_the_zero_its_hash_covers(api, measure_run):
     assert stored.intent_hash == intent_hash(
         tool="measure", arguments={"n": 0}, principal=stored.principal
     )
+
+
+# --- names matched in full: "$" also matches before a final newline -----------------
+
+
+@pytest.mark.parametrize("name", ["nltool%0A", "a" * 100 + "%0A", "ok%0A%0A"])
+def test_a_tool_name_with_a_final_newline_is_refused_and_nothing_is_stored(api, name):
+    before = ledger_state()
+    response = api.put(f"/api/v1/tools/{name}", contract())
+    problem = _problem(response, 404, "not_found")
+    assert "Tool names" in problem["detail"]
+    assert not Tool.objects.filter(name__endswith="\n").exists()
+    assert ledger_state() == before
+
+
+def test_a_traceparent_with_a_final_newline_is_not_recorded(api):
+    from operations.models import Operation
+
+    api.tool("t")
+    run = api.run()
+    valid = "00-" + "a" * 32 + "-" + "b" * 16 + "-01"
+    for key, header, kept in [("k1", valid + "\n", ""), ("k2", valid, valid)]:
+        body = {
+            "run": run,
+            "tool": "t",
+            "operation_key": key,
+            "arguments": {"payment_id": "p", "amount_cents": 1},
+        }
+        response = api.post("/api/v1/operations", body, HTTP_TRACEPARENT=header)
+        assert response.status_code == 201, response.content[:300]
+        assert Operation.objects.get(pk=response.json()["id"]).traceparent == kept
+
+
+def test_a_display_currency_with_a_final_newline_is_an_invalid_contract(api):
+    display = {"fields": {"/amount_cents": {"format": "money", "currency": "EUR\n"}}}
+    before = ledger_state()
+    problem = _problem(
+        api.put("/api/v1/tools/t", contract(display=display)), 422, "invalid_contract"
+    )
+    assert [error["path"] for error in problem["errors"]] == [
+        "/display/fields/~1amount_cents/currency"
+    ]
+    assert ledger_state() == before
