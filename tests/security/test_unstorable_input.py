@@ -229,6 +229,25 @@ def test_a_webhook_timestamp_no_date_can_be_is_a_bad_signature(inbound_secret, s
     assert not InboundEvent.objects.exists()
 
 
+@pytest.mark.parametrize("signature", ["v1,\u00e9t\u00e9", "v1,ok v1,\u00ff", "\u00e9"])
+def test_a_signature_with_non_ascii_bytes_does_not_verify(inbound_secret, signature):
+    """Header bytes beyond ASCII arrive as Latin-1 text, which a constant-time comparison
+    refuses to compare (it raised, a 500)."""
+    response = _inbound(inbound_secret, str(int(time.time())), signature=signature)
+    _problem(response, 401, "invalid_signature")
+    assert not InboundEvent.objects.exists()
+
+
+def test_a_valid_signature_beside_a_non_ascii_one_still_verifies(inbound_secret):
+    from operations import webhooks
+
+    stamp = str(int(time.time()))
+    good = webhooks.sign(inbound_secret, "evt_1", int(stamp), b'{"type": "ok"}')
+    response = _inbound(inbound_secret, stamp, signature=f"v1,\u00e9 {good}")
+    assert response.status_code == 200, response.content[:300]
+    assert InboundEvent.objects.get().event_id == "evt_1"
+
+
 @pytest.mark.parametrize("stamp", [str(2**53 - 1), "0"])
 def test_a_signed_timestamp_centuries_away_is_a_stale_event(inbound_secret, stamp):
     """A far timestamp is stale, not a date overflow."""
