@@ -164,6 +164,27 @@ def test_an_edit_suffix_before_a_final_newline_is_part_of_the_original_key(api):
     assert _successor_key(op) == "refund-551~edit-1\n~edit-1"
 
 
+@pytest.mark.parametrize(
+    ("edits", "refusal"),
+    [
+        ({"/note": "a\x00b"}, errors.InvalidArguments),  # PostgreSQL stores no U+0000
+        ({"/note": "\ud800"}, errors.InvalidArguments),  # no UTF-8 for a lone surrogate
+        ({"/amount_cents": 1e300}, errors.NumberOutOfRange),  # an integer past 2**53
+        ({"/amount_cents": 2.0**60}, errors.NumberOutOfRange),
+    ],
+)
+def test_an_edit_that_a_runner_could_not_send_is_refused_and_writes_nothing(api, edits, refusal):
+    """A person's edit obeys the rules of a runner's body: on PostgreSQL U+0000 failed
+    the insert (500), and 1e300 came back from jsonb as an integer no hash can cover."""
+    op = _pending(api)
+    events = Event.objects.count()
+    with pytest.raises(refusal):
+        _edit(op, person(decide_on="refund"), edits)
+    assert Operation.objects.count() == 1
+    assert Operation.objects.get(pk=op["id"]).status == "awaiting_approval"
+    assert Event.objects.count() == events
+
+
 def test_refusals_write_nothing(api):
     op = _pending(api)
     approver = person(decide_on="refund")

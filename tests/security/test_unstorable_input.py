@@ -371,3 +371,33 @@ def test_a_display_currency_with_a_final_newline_is_an_invalid_contract(api):
         "/display/fields/~1amount_cents/currency"
     ]
     assert ledger_state() == before
+
+
+def test_an_edit_typed_in_the_console_is_read_as_strictly_as_a_body(api, superuser):
+    """The decision form reads a number or JSON edit with the API's strict parser: 1e300,
+    a duplicate key or an escaped U+0000 decides nothing (and writes nothing)."""
+    from approvals.models import ApprovalRequest
+    from operations.models import Operation
+
+    schema = {
+        "type": "object",
+        "required": ["n"],
+        "properties": {"n": {"type": "number"}, "meta": {"type": "object"}},
+    }
+    approval = {"mode": "always", "editable": ["/n", "/meta"]}
+    api.tool("measure", contract("irreversible", input_schema=schema, approval=approval))
+    op = api.register(api.run(), "measure", {"n": 1, "meta": {}})
+    client = client_for(superuser)
+    for name, text in [
+        ("edit-0", "1e300"),
+        ("edit-1", '{"a": 1, "a": 2}'),
+        ("edit-1", '{"a": "x\\u0000"}'),
+    ]:
+        response = client.post(
+            f"/approvals/{op['approval']['id']}/decide",
+            {"decision": "approve", name: text},
+            follow=True,
+        )
+        assert "Nothing was decided." in response.content.decode(), text
+        assert Operation.objects.count() == 1, text
+        assert ApprovalRequest.objects.get(pk=op["approval"]["id"]).status == "pending"
