@@ -14,7 +14,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
 from operations.metrics import HTTP_REQUEST_DURATION
-from operations.problems import is_api_request
+from operations.problems import api_handler400, is_api_request
 
 from . import security
 
@@ -54,7 +54,9 @@ class RefuseNulMiddleware:
     value here contains it, so refusing the request as a whole loses nothing and keeps
     every view (the API, the console, the admin, the sign-in page) from meeting one.
     ``operations.problems.api_handler400`` answers a problem under /api/ and a message
-    page elsewhere. (JSON bodies are checked by ``operations.strictjson``.)
+    page elsewhere, also under DEBUG (a raised ``BadRequest`` would show Django's debug
+    page, which an API client cannot read). JSON bodies are checked by
+    ``operations.strictjson``.
     """
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
@@ -63,7 +65,8 @@ class RefuseNulMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponse:
         for where, text in _texts(request):
             if "\x00" in text:
-                raise BadRequest(f"The {where} holds U+0000 (NUL), which nothing here can hold.")
+                refusal = f"The {where} holds U+0000 (NUL), which nothing here can hold."
+                return api_handler400(request, BadRequest(refusal))
         return self.get_response(request)
 
 

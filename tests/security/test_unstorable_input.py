@@ -50,6 +50,11 @@ def test_nul_in_an_api_url_is_a_400_problem(api, method, path):
     assert ledger_state() == before
 
 
+def test_nul_in_an_api_url_is_a_problem_also_under_debug(api, settings):
+    settings.DEBUG = True
+    _problem(api.client.get("/api/v1/operations/op_%00"), 400, "invalid_request")
+
+
 def test_deleting_a_webhook_endpoint_named_with_nul_is_refused_and_deletes_nothing(api):
     endpoint, _ = services.webhook_endpoint_create(
         runner=api.runner, url="https://hooks.example/x", events=["operation.*"]
