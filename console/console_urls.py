@@ -53,7 +53,7 @@ urlpatterns = [
 urlpatterns += [
     path("search/", search.search, name="search"),
     path("views/save", saved_views.saved_view_save, name="saved-view-save"),
-    path("views/<int:view_id>/delete", saved_views.saved_view_delete, name="saved-view-delete"),
+    path("views/<count:view_id>/delete", saved_views.saved_view_delete, name="saved-view-delete"),
     path("operations/", operations.operations_list, name="operations"),
     path("runs/", runs.runs_list, name="runs"),
     path("runs/<str:run_id>/", runs.run_detail, name="run"),
@@ -61,7 +61,7 @@ urlpatterns += [
     path("tools/", tools.tools_list, name="tools"),
     path("tools/<str:name>/", tools.tool_detail, name="tool"),
     path(
-        "tools/<str:name>/versions/<int:number>/activate",
+        "tools/<str:name>/versions/<count:number>/activate",
         tools.tool_activate,
         name="tool-activate",
     ),

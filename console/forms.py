@@ -3,8 +3,10 @@ from typing import Any
 
 from django import forms
 
+from approvals.errors import Refusal
 from approvals.policy import is_missing, parse_pointer, resolve_pointer
 from operations.schema_paths import Unproven, locate
+from operations.strictjson import loads_strict
 
 
 class DecisionForm(forms.Form):
@@ -95,10 +97,6 @@ def editable_fields(op: Any) -> list[dict[str, Any]]:
     return fields
 
 
-def _no_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def parse_edits(op: Any, data: Any) -> dict[str, Any]:
     """The edits a decision form carries (only fields whose text changed), typed by the
     schema; ``ValueError`` with a sentence for the person when one cannot be read."""
@@ -118,12 +116,14 @@ def parse_edits(op: Any, data: Any) -> dict[str, Any]:
             elif kind == "boolean":
                 value = {"true": True, "false": False}[text.strip()]
             else:
-                value = json.loads(text, parse_constant=_no_constant)
+                # As strictly as a runner's body: no NaN, duplicate keys, U+0000 or
+                # numbers the stored arguments could not give back as typed.
+                value = loads_strict(text)
                 if kind == "number" and (
                     isinstance(value, bool) or not isinstance(value, int | float)
                 ):
                     raise ValueError
-        except (ValueError, KeyError) as exc:
+        except (ValueError, KeyError, Refusal) as exc:
             raise ValueError(f"{field['label']}: {text!r} is not a valid {kind}.") from exc
         edits[field["pointer"]] = value
     return edits

@@ -1,24 +1,78 @@
-"""The console's middleware: session timeouts (docs/security.md, "Console sessions"),
-request metrics, and the throttling of a person's POSTs."""
+"""Middleware: refusing input no column can hold, session timeouts for the console
+(docs/security.md, "Console sessions"), request metrics, and the throttling of a
+person's POSTs."""
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import logout
 from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import BadRequest
 from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
 from operations.metrics import HTTP_REQUEST_DURATION
+from operations.problems import api_handler400, is_api_request
 from operations.throttling import PersonRateThrottle
 
 from . import security
+
+FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
+
+
+def _texts(request: HttpRequest) -> Iterator[tuple[str, str]]:
+    """Every piece of text a view may read from the request, with where it came from.
+
+    The header values are as the server decoded them; the query string and form fields
+    are percent-decoded, as views read them. Form bodies are read only outside the API:
+    its parsers take JSON alone (strictjson refuses U+0000 there) and its inbound
+    endpoint reads the raw body, which parsing the form here would consume.
+    """
+    yield "path", request.path_info
+    for name, value in request.META.items():
+        if name.startswith("HTTP_") or name in ("CONTENT_TYPE", "CONTENT_LENGTH"):
+            header = name.removeprefix("HTTP_").replace("_", "-").title()
+            yield f"{header} header", str(value)
+    for name, values in request.GET.lists():
+        yield f"query parameter {name[:40]!r}", name
+        for value in values:
+            yield f"query parameter {name[:40]!r}", value
+    if request.content_type in FORM_TYPES and not is_api_request(request):
+        for name, values in request.POST.lists():
+            yield f"form field {name[:40]!r}", name
+            for value in values:
+                yield f"form field {name[:40]!r}", value
+
+
+class RefuseNulMiddleware:
+    """Answer 400 to a request that carries U+0000 in its path, a header, the query
+    string or a form field, before any view reads it.
+
+    PostgreSQL's text columns cannot hold U+0000: an id, a filter or a form value that
+    holds one makes the query itself fail, and the request answered 500. No id, name or
+    value here contains it, so refusing the request as a whole loses nothing and keeps
+    every view (the API, the console, the admin, the sign-in page) from meeting one.
+    ``operations.problems.api_handler400`` answers a problem under /api/ and a message
+    page elsewhere, also under DEBUG (a raised ``BadRequest`` would show Django's debug
+    page, which an API client cannot read). JSON bodies are checked by
+    ``operations.strictjson``.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        for where, text in _texts(request):
+            if "\x00" in text:
+                refusal = f"The {where} holds U+0000 (NUL), which nothing here can hold."
+                return api_handler400(request, BadRequest(refusal))
+        return self.get_response(request)
 
 
 class HtmxHttpRequest(HttpRequest):

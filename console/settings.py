@@ -104,6 +104,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     # First: it times everything below it (effectgate_http_request_duration_seconds).
     "console.middleware.RequestMetricsMiddleware",
+    # Before anything reads the request (sessions look their cookie up in the database).
+    "console.middleware.RefuseNulMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "csp.middleware.CSPMiddleware",
@@ -264,6 +266,10 @@ REST_FRAMEWORK = {
     "COERCE_DECIMAL_TO_STRING": False,
     # The rate is THROTTLE_RUNNER_RATE, below; the count is kept in CACHES.
     "DEFAULT_THROTTLE_CLASSES": ["operations.throttling.RunnerRateThrottle"],
+    # There is one API version. drf-spectacular writes a ?version= parameter into the
+    # document's info.version and its Content-Disposition file name unless it is one of
+    # these: any text was echoed into the document, and a newline answered 500.
+    "ALLOWED_VERSIONS": ["1"],
 }
 
 SPECTACULAR_SETTINGS = {
@@ -281,6 +287,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    # operations.converters.CountConverter: the path integers (attempt numbers), at most
+    # 2^53-1 like every integer of the API.
+    "PATH_CONVERTER_OVERRIDES": {
+        "count": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1},
+    },
 }
 
 LOGGING: dict[str, Any] = {

@@ -31,5 +31,6 @@ urlpatterns = [
     re_path(r"^api/v\d+/", problems.api_not_found),
 ]
 
+handler400 = "operations.problems.api_handler400"
 handler404 = "operations.problems.api_handler404"
 handler500 = "operations.problems.api_handler500"

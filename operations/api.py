@@ -11,7 +11,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import openapi, payloads, selectors, services
+from . import openapi, params, payloads, selectors, services
 from .egress import HostPolicy
 from .errors import InvalidRequest, NotFound, OperationKeyRequired, UrlNotAllowed
 from .models import Runner, RunnerToken
@@ -42,7 +42,9 @@ from .serializers import (
     tool_result,
 )
 
-TOOL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+# Matched in full (``fullmatch``): with ``match``, ``$`` also matches before a final
+# newline, so "nltool\n" (and a 101-character name ending in one) passed.
+TOOL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 
 PROBLEM = OpenApiResponse(
     description="RFC 9457 problem details (application/problem+json) with a stable `code`."
@@ -80,9 +82,10 @@ class Pagination(CursorPagination):
         raw = request.query_params.get(self.page_size_query_param)
         if raw is None:
             return self.page_size
-        if not raw.isdigit() or not 1 <= int(raw) <= self.max_page_size:
+        size = params.parse_count(raw, minimum=1, maximum=self.max_page_size)
+        if size is None:
             raise InvalidRequest(f"limit must be an integer from 1 to {self.max_page_size}.")
-        return int(raw)
+        return size
 
 
 class ToolPagination(Pagination):
@@ -148,7 +151,7 @@ class ToolDetailView(APIView):
         "weakens the active contract is stored inactive until a person activates it.",
     )
     def put(self, request: Request, name: str) -> Response:
-        if not TOOL_NAME.match(name):
+        if not TOOL_NAME.fullmatch(name):
             raise NotFound("Tool names are 1-100 letters, digits, '_', '.' or '-'.")
         registration = services.tool_register(name=name, body=request.data, runner=_runner(request))
         version = registration.version
@@ -521,8 +524,10 @@ urlpatterns = [
     path("operations/<str:operation_id>/events", OperationEventsView.as_view()),
     path("operations/<str:operation_id>/tool-result", ToolResultView.as_view()),
     path("operations/<str:operation_id>/attempts", AttemptListView.as_view()),
-    path("operations/<str:operation_id>/attempts/<int:number>/heartbeat", HeartbeatView.as_view()),
-    path("operations/<str:operation_id>/attempts/<int:number>/outcome", OutcomeView.as_view()),
+    path(
+        "operations/<str:operation_id>/attempts/<count:number>/heartbeat", HeartbeatView.as_view()
+    ),
+    path("operations/<str:operation_id>/attempts/<count:number>/outcome", OutcomeView.as_view()),
     path("operations/<str:operation_id>/reconciliations", ReconciliationView.as_view()),
     path("operations/<str:operation_id>/compensations", CompensationView.as_view()),
     path("approvals/<str:approval_id>", ApprovalDetailView.as_view()),

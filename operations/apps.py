@@ -6,16 +6,18 @@ class OperationsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # The append-only triggers of the audit tables (installed after every migrate).
+        # The append-only triggers of the audit tables (installed after every migrate),
+        # and the path converters the URL patterns name (before any pattern is read).
         # The tasks module connects its receivers to the services' signals (the services
         # never import tasks): importing it here makes every process listen.
         from django.db.models.signals import post_delete, post_migrate, post_save
 
-        from . import tasks, triggers  # noqa: F401
+        from . import converters, tasks, triggers  # noqa: F401
         from .models import WebhookEndpoint
         from .services.endpoints import runner_webhook_events_refresh
 
         triggers.register()
+        converters.register()
         for signal in (post_save, post_delete):
             signal.connect(runner_webhook_events_refresh, sender=WebhookEndpoint)
         # The database cache's table (request throttling), like the triggers after every

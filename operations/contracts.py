@@ -447,12 +447,15 @@ def _display_problems(display: dict[str, Any] | None) -> list[dict[str, str]]:
                 }
             )
     for pointer, field in display.get("fields", {}).items():
+        where = "/display/fields/" + pointer.replace("~", "~0").replace("/", "~1")
         if field.get("format") == "money" and "currency" not in field:
             problems.append(
-                {
-                    "path": "/display/fields/" + pointer.replace("~", "~0").replace("/", "~1"),
-                    "message": 'format "money" needs a currency (ISO 4217, e.g. "EUR")',
-                }
+                {"path": where, "message": 'format "money" needs a currency (ISO 4217, e.g. "EUR")'}
+            )
+        # The schema's pattern is checked with re.search, whose "$" admits a final newline.
+        if "currency" in field and not re.fullmatch("[A-Z]{3}", field["currency"]):
+            problems.append(
+                {"path": where + "/currency", "message": "a currency is three capital letters"}
             )
     return problems
 

@@ -34,7 +34,8 @@ MINOR_DIGITS = {"JPY": 0, "KRW": 0, "BHD": 3, "KWD": 3, "TND": 3}
 MISSING = "—"
 FALLBACK_FIELDS = 4
 MAX_VALUE = 200
-AMOUNT = re.compile(r"^-?[0-9]{1,30}(\.[0-9]{1,30})?$")
+# Matched in full: with match(), a "$" would also admit a final newline.
+AMOUNT = re.compile(r"-?[0-9]{1,30}(\.[0-9]{1,30})?")
 EXACT = Context(prec=80)
 
 
@@ -45,7 +46,7 @@ def _clip(text: str) -> str:
 def _money(value: Any, field: dict[str, Any]) -> str | None:
     """The amount in words, or None when the value is not a plain decimal amount."""
     text = str(value)
-    if not AMOUNT.match(text):
+    if not AMOUNT.fullmatch(text):
         return None
     currency = field.get("currency", "")
     digits = MINOR_DIGITS.get(currency, 2)

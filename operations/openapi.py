@@ -47,7 +47,7 @@ BODY_PROBLEMS = {
     "(`invalid_request`, with `errors`).",
     "413": "The body is larger than the limit (`payload_too_large`).",
     "415": "The body is not `application/json` (`unsupported_media_type`).",
-    "422": "An integer beyond ±(2^53-1) or a number beyond a double (`number_out_of_range`).",
+    "422": "A number beyond ±(2^53-1), 1e300 included, or beyond a double (`number_out_of_range`).",
 }
 METHODS = {"get", "put", "post", "patch", "delete"}
 

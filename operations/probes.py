@@ -18,7 +18,6 @@ refuses, a bug in parsing) is that operation's failed probe, logged, and the bat
 on: one bad contract must not stop every other tool's reconciliation.
 """
 
-import json
 import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -35,6 +34,7 @@ from .egress import guarded_client, lookup_policy
 from .machine import Status
 from .metrics import PROBE_FAILURES, timed_sweep
 from .models import Operation
+from .strictjson import loads_strict
 
 logger = logging.getLogger(__name__)
 
@@ -67,10 +67,13 @@ def lookup_url(template: str, op: Operation) -> str:
 def _parse(response: httpx.Response, body: bytes) -> Answer:
     if response.status_code != 200:
         return Answer(None, error=f"HTTP {response.status_code}")
+    # The runner's lookup answers with what becomes evidence on the ledger: parsed as
+    # strictly as a request body, so that U+0000 or a lone surrogate (which no column
+    # or hash takes), NaN, duplicate keys or 1e300 are a failed probe, not a crash.
     try:
-        document = json.loads(body)
-    except ValueError:
-        return Answer(None, error="the answer is not JSON")
+        document = loads_strict(body)
+    except (errors.MalformedJSON, errors.NumberOutOfRange) as exc:
+        return Answer(None, error=f"the answer is not JSON Effectgate accepts: {exc.detail}")
     if not isinstance(document, dict) or document.get("result") not in RESULTS:
         return Answer(
             None, error='the answer has no "result" of committed, not_found, still_unknown'

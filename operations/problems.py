@@ -1,14 +1,16 @@
 """RFC 9457 problem details for every API error, with a stable ``code``.
 
-One exception handler for DRF views, and ``api_handler404``/``api_handler500`` for
-what never reaches a DRF view (an unknown URL under /api/, a crash in middleware).
+One exception handler for DRF views, and ``api_handler400``/``api_handler404``/
+``api_handler500`` for what never reaches a DRF view (a request refused by middleware,
+an unknown URL under /api/, a crash in middleware).
 """
 
 import logging
 from typing import Any
 
-from django.core.exceptions import PermissionDenied, RequestDataTooBig
-from django.http import Http404, JsonResponse
+from django.core.exceptions import BadRequest, PermissionDenied, RequestDataTooBig
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import render
 from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
@@ -146,10 +148,27 @@ def api_not_found(request, *args: Any, **kwargs: Any) -> JsonResponse:
     return _json_problem(problem(404, "not_found", "Not found", "No such API resource."))
 
 
+def is_api_request(request: HttpRequest) -> bool:
+    return request.path_info.startswith("/api/")
+
+
+def api_handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """A request refused before any view (``BadRequest``, or what Django finds
+    suspicious): a problem under /api/, a message page in the console. Only a
+    ``BadRequest``'s own sentence is shown; Django's other refusals name settings."""
+    detail = str(exception) if isinstance(exception, BadRequest) else ""
+    detail = detail or "The request cannot be read."
+    if is_api_request(request):
+        return _json_problem(
+            problem(400, "invalid_request", _DRF_TITLES["invalid_request"], detail)
+        )
+    return render(request, "400.html", {"detail": detail}, status=400)
+
+
 def api_handler404(request, exception=None):
     from django.views.defaults import page_not_found
 
-    if request.path.startswith("/api/"):
+    if is_api_request(request):
         return api_not_found(request)
     return page_not_found(request, exception)
 
@@ -157,7 +176,7 @@ def api_handler404(request, exception=None):
 def api_handler500(request):
     from django.views.defaults import server_error
 
-    if request.path.startswith("/api/"):
+    if is_api_request(request):
         return _json_problem(
             problem(500, "internal_error", "Internal error", "The server failed; nothing is known.")
         )

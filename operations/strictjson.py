@@ -2,8 +2,15 @@
 
 Runners' bodies become frozen arguments and intent hashes, so every JSON value must
 have exactly one meaning: duplicate object keys, NaN and Infinity are refused (400
-``malformed_json``), and integers beyond ±(2^53-1) are refused (422
+``malformed_json``), and numbers beyond ±(2^53-1) are refused (422
 ``number_out_of_range``) because many JSON implementations would silently round them.
+
+That bound holds however a number is written. ``1e300`` is an integer too, and
+PostgreSQL's jsonb keeps it as one: it reads back as a 301-digit integer that RFC 8785
+refuses to write, so an intent hash or an event hash could no longer be computed from
+the stored row. Every double beyond 2^53-1 is such an integer, and every one is
+refused. ``-0.0`` is read as ``0.0``: RFC 8785 writes both as ``0``, so the stored value
+is the one the hash covers, on every database.
 """
 
 import json
@@ -29,18 +36,27 @@ def _pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+# No integer within ±(2^53-1) has more digits than this; counting them first keeps
+# int() from reading thousands of digits (past 4300 it raises).
+_MAX_DIGITS = len(str(MAX_SAFE_INTEGER))
+
+
 def _parse_int(text: str) -> int:
-    value = int(text)
-    if abs(value) > MAX_SAFE_INTEGER:
+    if len(text.removeprefix("-")) > _MAX_DIGITS or abs(int(text)) > MAX_SAFE_INTEGER:
         raise NumberOutOfRange(f"The integer {text[:40]} is outside ±(2^53-1).")
-    return value
+    return int(text)
 
 
 def _parse_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
         raise NumberOutOfRange(f"The number {text[:40]} does not fit in a double.")
-    return value
+    if abs(value) > MAX_SAFE_INTEGER:
+        raise NumberOutOfRange(
+            f"The number {text[:40]} is an integer outside ±(2^53-1); "
+            "send integers within that range."
+        )
+    return value if value != 0 else 0.0
 
 
 def _refuse_constant(name: str) -> Any:

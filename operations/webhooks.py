@@ -63,12 +63,15 @@ def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
 
 
 def verify(secret: str, msg_id: str, timestamp: int, body: bytes, header: str) -> bool:
-    """Whether any ``v1,`` signature in ``header`` matches (constant-time comparison)."""
+    """Whether any ``v1,`` signature in ``header`` matches (constant-time comparison).
+
+    A signature is base64, so a candidate with any other character cannot match; it is
+    skipped, because ``hmac.compare_digest`` raises on a non-ASCII string."""
     expected = sign(secret, msg_id, timestamp, body)
     return any(
         hmac.compare_digest(candidate, expected)
         for candidate in header.split()
-        if candidate.startswith("v1,")
+        if candidate.startswith("v1,") and candidate.isascii()
     )
 
 

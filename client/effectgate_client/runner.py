@@ -83,8 +83,9 @@ MAX_DEPTH = 64
 
 
 def _travels(value: Any, depth: int = 0) -> bool:
-    """Whether Effectgate's strict JSON accepts ``value``: no NaN or infinity, integers
-    within 2**53, no U+0000 or lone surrogate, nesting under 64 levels."""
+    """Whether Effectgate's strict JSON accepts ``value``: no NaN or infinity, numbers
+    within 2**53 (a float beyond is an integer beyond, 1e300 included), no U+0000 or
+    lone surrogate, nesting under 64 levels."""
     if depth > MAX_DEPTH:
         return False
     if value is None or isinstance(value, bool):
@@ -92,7 +93,7 @@ def _travels(value: Any, depth: int = 0) -> bool:
     if isinstance(value, int):
         return -SAFE_INTEGER <= value <= SAFE_INTEGER
     if isinstance(value, float):
-        return math.isfinite(value)
+        return math.isfinite(value) and abs(value) <= SAFE_INTEGER
     if isinstance(value, str):
         if "\x00" in value:
             return False

@@ -4,9 +4,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from django.core.exceptions import BadRequest
 from django.http import Http404, HttpRequest
 
 from operations.errors import NotFound
+from operations.params import parse_count
 
 from ..middleware import HtmxHttpRequest
 
@@ -27,6 +29,18 @@ def partial(request: HtmxHttpRequest, template: str, name: str) -> str:
 def text_param(request: HttpRequest, name: str, max_length: int = 200) -> str | None:
     value = (request.GET.get(name) or "").strip()
     return value[:max_length] or None
+
+
+def count_param(request: HttpRequest, name: str, *, maximum: int) -> int | None:
+    """A whole number from 0 to ``maximum``, or None when the parameter is absent or
+    empty; anything else is a 400 page that says what was expected."""
+    raw = (request.GET.get(name) or "").strip()
+    if not raw:
+        return None
+    value = parse_count(raw, maximum=maximum)
+    if value is None:
+        raise BadRequest(f"{name} must be a whole number from 0 to {maximum}.")
+    return value
 
 
 def datetime_param(request: HttpRequest, name: str) -> datetime | None:

@@ -12,14 +12,11 @@ from operations import access, selectors
 from operations.machine import EffectClass
 
 from ..middleware import HtmxHttpRequest
-from .common import partial
+from .common import count_param, partial
 
-
-def _int_or_none(value: str | None) -> int | None:
-    try:
-        return int(value) if value else None
-    except ValueError:
-        return None
+# The "older than" filter goes back at most a hundred years: far enough for any queue,
+# and near enough that now minus that many minutes is still a date.
+MAX_AGE_MINUTES = 100 * 365 * 24 * 60
 
 
 @require_GET
@@ -29,7 +26,7 @@ def reconciliation(request: HtmxHttpRequest) -> HttpResponse:
     if queue not in selectors.SAVED_QUEUES:
         queue = "all"
     filters = {name: request.GET.get(name) or None for name in ("tool", "effect_class", "run")}
-    min_age_m = _int_or_none(request.GET.get("min_age_m"))
+    min_age_m = count_param(request, "min_age_m", maximum=MAX_AGE_MINUTES)
     include_snoozed = request.GET.get("snoozed") == "1"
     now = timezone.now()
     ops = list(
@@ -66,6 +63,7 @@ def reconciliation(request: HtmxHttpRequest) -> HttpResponse:
         ],
         "filters": filters,
         "min_age_m": min_age_m,
+        "max_age_m": MAX_AGE_MINUTES,
         "include_snoozed": include_snoozed,
         "tools": access.tools_for_user(request.user, [access.RECONCILE]).order_by("name"),
         "effect_classes": [cls.value for cls in EffectClass],

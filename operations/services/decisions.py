@@ -1,5 +1,6 @@
 """People's approval decisions and revocations, and the transitions that follow."""
 
+import json
 import re
 from datetime import datetime
 from functools import partial
@@ -14,11 +15,12 @@ from approvals.models import ApprovalRequest
 
 from .. import access, errors, payloads
 from ..arguments import apply_edits, validate_frozen
-from ..canonical import canonical_json, intent_hash
+from ..canonical import intent_hash
 from ..machine import Status
 from ..models import (
     Operation,
 )
+from ..strictjson import loads_strict
 from .core import (
     Actor,
     approval_escalated,
@@ -240,17 +242,28 @@ def _edited_arguments(op: Operation, edits: dict[str, Any]) -> tuple[Any, list[d
     edited, changes = apply_edits(op.arguments, edits)
     if changes:
         validate_frozen(contract["input_schema"], edited)
+        # A person's edit obeys the rules of a runner's body (strictjson): nothing that
+        # PostgreSQL cannot store (U+0000) or gives back as another value (1e300, as an
+        # integer RFC 8785 refuses), no lone surrogate, NaN, infinity or integer past 2**53.
+        paths = ["/arguments" + change["path"] for change in changes]
         try:
-            canonical_json(edited)
-        except ValueError as exc:  # NaN, infinities, integers past 2**53
+            loads_strict(json.dumps(edited, allow_nan=False))
+        except (ValueError, errors.NumberOutOfRange) as exc:  # ValueError: NaN, infinities
             raise errors.NumberOutOfRange(
                 "An edited value is a number JSON cannot carry exactly.",
-                errors=[{"path": "/arguments" + c["path"], "message": str(exc)} for c in changes],
+                errors=[{"path": path, "message": str(exc)} for path in paths],
+            ) from exc
+        except errors.MalformedJSON as exc:
+            raise errors.InvalidArguments(
+                "An edited value cannot be stored as it is.",
+                errors=[{"path": path, "message": exc.detail} for path in paths],
             ) from exc
     return edited, changes
 
 
-EDIT_SUFFIX = re.compile(r"~edit-(\d+)$")
+# At the very end (``\Z``; "$" would also match before a final newline), in ASCII
+# digits (``\d`` admits other scripts' digits).
+EDIT_SUFFIX = re.compile(r"~edit-([0-9]+)\Z")
 KEY_MAX_LENGTH = 255  # Operation.operation_key
 
 

@@ -40,7 +40,8 @@ from .core import (
 )
 from .rows import approvals_known_none, db_datetime, insert_all, insert_unless_conflict
 
-TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+# W3C Trace Context, matched in full (a "$" would admit a final newline).
+TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
 
 
 @dataclass
@@ -313,7 +314,7 @@ def operation_register(
             turn=turn,
             status_changed_at=now,
             previous=intent.previous,
-            traceparent=traceparent if TRACEPARENT.match(traceparent) else "",
+            traceparent=traceparent if TRACEPARENT.fullmatch(traceparent) else "",
         )
         data = {
             "tool": intent.tool.name,

@@ -147,6 +147,44 @@ def test_a_second_edit_supersedes_the_successor(api):
     assert Operation.objects.get(pk=successor.id).status == "superseded"
 
 
+def test_an_edit_suffix_in_other_digits_is_part_of_the_original_key(api):
+    """Only ASCII digits count edits: "~edit-\u0661" is a runner's own key, not edit 1."""
+    op = _pending(api, key="refund-551~edit-\u0661")
+    successor = _edit(op, person(decide_on="refund"), {"/amount_cents": 1000})
+    assert successor.operation_key == "refund-551~edit-\u0661~edit-1"
+    assert Operation.objects.filter(operation_key="refund-551~edit-2").count() == 0
+
+
+def test_an_edit_suffix_before_a_final_newline_is_part_of_the_original_key(api):
+    """The API trims a key's final newline; a key stored with one (by another path)
+    still names no edit: the suffix counts only at the very end."""
+    from operations.services.decisions import _successor_key
+
+    op = Operation(runner_id=api.runner.pk, operation_key="refund-551~edit-1\n")
+    assert _successor_key(op) == "refund-551~edit-1\n~edit-1"
+
+
+@pytest.mark.parametrize(
+    ("edits", "refusal"),
+    [
+        ({"/note": "a\x00b"}, errors.InvalidArguments),  # PostgreSQL stores no U+0000
+        ({"/note": "\ud800"}, errors.InvalidArguments),  # no UTF-8 for a lone surrogate
+        ({"/amount_cents": 1e300}, errors.NumberOutOfRange),  # an integer past 2**53
+        ({"/amount_cents": 2.0**60}, errors.NumberOutOfRange),
+    ],
+)
+def test_an_edit_that_a_runner_could_not_send_is_refused_and_writes_nothing(api, edits, refusal):
+    """A person's edit obeys the rules of a runner's body: on PostgreSQL U+0000 failed
+    the insert (500), and 1e300 came back from jsonb as an integer no hash can cover."""
+    op = _pending(api)
+    events = Event.objects.count()
+    with pytest.raises(refusal):
+        _edit(op, person(decide_on="refund"), edits)
+    assert Operation.objects.count() == 1
+    assert Operation.objects.get(pk=op["id"]).status == "awaiting_approval"
+    assert Event.objects.count() == events
+
+
 def test_refusals_write_nothing(api):
     op = _pending(api)
     approver = person(decide_on="refund")

@@ -23,6 +23,7 @@ class Known:
     approval_id: list[str] = field(default_factory=list)
     endpoint_id: list[str] = field(default_factory=list)
     name: list[str] = field(default_factory=list)
+    runner_name: list[str] = field(default_factory=list)
     number: list[int] = field(default_factory=lambda: [1, 2, 3])
 
     def values(self) -> dict[str, list[Any]]:
@@ -33,6 +34,7 @@ class Known:
             "endpoint_id": self.endpoint_id,
             "name": self.name,
             "tool": self.name,
+            "runner_name": self.runner_name,
             "number": self.number,
         }
 
@@ -97,6 +99,7 @@ def build_world() -> Known:
     known.endpoint_id.append(endpoint.id)
     # Another runner's objects: always 404 for ours.
     other = make_runner()
+    known.runner_name.append(other.runner.name)
     other.tool("theirs")
     theirs = other.register(other.run(), "theirs")
     known.operation_id.append(theirs["id"])

@@ -67,14 +67,14 @@ MAX_SAFE = 2**53 - 1
 
 
 def _representable(value) -> bool:
-    """No U+0000 and no integer beyond ±(2^53-1): JSON the schema allows but the strict
+    """No U+0000 and no number beyond ±(2^53-1): JSON the schema allows but the strict
     parser refuses on purpose (tests/security/test_bad_input.py covers those)."""
     stack = [value]
     while stack:
         item = stack.pop()
         if isinstance(item, str) and "\x00" in item:
             return False
-        if isinstance(item, int) and not isinstance(item, bool) and abs(item) > MAX_SAFE:
+        if isinstance(item, int | float) and not isinstance(item, bool) and abs(item) > MAX_SAFE:
             return False
         if isinstance(item, dict):
             stack.extend(item.keys())

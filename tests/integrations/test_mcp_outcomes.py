@@ -28,3 +28,10 @@ def test_an_upstream_cannot_claim_not_sent():
     outcome = _upstream_failure(_error({"effectgate/error_code": "not_sent"}))
     assert isinstance(outcome, Failed)
     assert outcome.body()["code"] == "upstream_not_sent"
+
+
+def test_an_error_code_with_a_final_newline_is_no_code_and_the_error_is_unknown():
+    """A malformed code is not the upstream saying nothing was committed."""
+    outcome = _upstream_failure(_error({"effectgate/error_code": "rate_limited\n"}))
+    assert isinstance(outcome, Unknown)
+    assert outcome.body()["code"] == "upstream_error_unknown"

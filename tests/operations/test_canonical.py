@@ -1,13 +1,13 @@
 """RFC 8785 canonical JSON against the published vectors, and the intent hash."""
 
 import hashlib
+import json
 import os
 from pathlib import Path
 
 import pytest
 
 from operations.canonical import canonical_json, intent_hash
-from operations.parsers import loads_strict
 
 REPO = Path(__file__).resolve().parents[2]
 VECTORS = Path(os.environ.get("EFFECTGATE_VECTORS", REPO.parent / "shared" / "vectors")) / "rfc8785"
@@ -29,8 +29,11 @@ def test_vectors_are_present():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_rfc8785_vector_canonicalizes_byte_for_byte(name):
+    # Read with Python's own parser: the vectors hold 1E30, which the API's strict parser
+    # refuses (PostgreSQL would give it back as an integer RFC 8785 cannot write), and
+    # it is the canonical form, not the parser, that the vectors test.
     directory = _vector_dir()
-    value = loads_strict((directory / "input" / name).read_bytes())
+    value = json.loads((directory / "input" / name).read_bytes())
     assert canonical_json(value) == (directory / "output" / name).read_bytes()
 
 

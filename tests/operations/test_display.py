@@ -102,6 +102,7 @@ def test_a_changed_display_waits_for_a_person_to_activate_it(api):
         ({"format": "money", "currency": "EUR"}, "1e999999999", "1e999999999"),
         ({"format": "money", "currency": "EUR"}, "750.005", "€750.005"),
         ({"format": "money", "currency": "EUR"}, "1_000", "1_000"),
+        ({"format": "money", "currency": "EUR"}, "12\n", "12\n"),
         ({"format": "money", "currency": "EUR"}, "\u0661\u0662\u0663", "\u0661\u0662\u0663"),
         ({"format": "money", "currency": "EUR", "minor_units": True}, -500, "-€5.00"),
         (

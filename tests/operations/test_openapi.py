@@ -44,3 +44,14 @@ def test_docs_page_uses_no_cdn():
     html = response.content.decode()
     assert "swagger-ui" in html
     assert "cdn" not in html.lower()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("version", ["a\nb", "1\r\nX-Injected: yes", "evil", "2"])
+def test_a_version_parameter_changes_nothing_in_the_document(version):
+    """drf-spectacular writes ?version= into the document and its file name: a newline
+    there answered 500 (a header cannot hold one), and any text was echoed back."""
+    response = Client().get("/api/schema/", {"format": "json", "version": version})
+    assert response.status_code == 200
+    assert response.json()["info"]["version"] == "1"
+    assert response["Content-Disposition"] == 'inline; filename="Effectgate runner API.json"'

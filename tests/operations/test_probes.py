@@ -81,6 +81,16 @@ def test_still_unknown_backs_off_then_exhausts(api, lookup_server):
     ("status", "body", "delay", "error"),
     [
         (200, b"<html>oops</html>", 0, "not JSON"),
+        # What no column, jsonb or RFC 8785 takes, and what has two meanings: refused
+        # as a request body would be. (Before, recording such an answer failed and the
+        # same answer was fetched again at every sweep, or it was stored with a number
+        # that PostgreSQL gives back as one RFC 8785 cannot write, or it resolved.)
+        (200, b'{"result": "committed", "downstream_id": "re_\\u0000"}', 0, "U+0000"),
+        (200, b'{"result": "committed", "evidence": {"s": "\\ud800"}}', 0, "surrogates"),
+        (200, b'{"result": "committed", "evidence": {"x": NaN}}', 0, "NaN"),
+        (200, b'{"result": "not_found", "result": "committed"}', 0, "appears twice"),
+        (200, b'{"result": "committed", "evidence": {"n": 1e300}}', 0, "2^53"),
+        (200, b'{"result": "committed", "evidence": {"n": 1' + b"0" * 5000 + b"}}", 0, "2^53"),
         (200, b'{"result": "maybe"}', 0, '"result"'),
         (200, b"[1, 2]", 0, '"result"'),
         (500, b'{"result": "committed"}', 0, "HTTP 500"),

@@ -37,7 +37,8 @@ logger = logging.getLogger("effectgate_client.mcp_gateway")
 
 VERSION = "0.1.0"
 ERROR_CODE_META = "effectgate/error_code"
-OUTCOME_CODE = re.compile(r"^[a-z0-9_.:-]{1,64}$")
+# Matched in full: with match(), a "$" would also admit a final newline.
+OUTCOME_CODE = re.compile(r"[a-z0-9_.:-]{1,64}")
 # How long a liveness ping before each call may take; a slow answer is not a dead link.
 PING_TIMEOUT_S = 5.0
 # How long to keep trying to reopen a lost link before answering not_sent.
@@ -282,7 +283,7 @@ def _upstream_failure(result: types.CallToolResult) -> Failed | Unknown:
     code = meta.get(ERROR_CODE_META)
     text = " ".join(block.text for block in result.content if isinstance(block, types.TextContent))
     detail = text[:4000] or "the upstream answered an error"
-    if not isinstance(code, str) or not OUTCOME_CODE.match(code):
+    if not isinstance(code, str) or not OUTCOME_CODE.fullmatch(code):
         return Unknown("upstream_error_unknown", detail)
     if code == "not_sent":
         code = "upstream_not_sent"
