@@ -13,6 +13,10 @@ Faults, from the ``fault`` argument or, when that is empty, ``MCP_UPSTREAM_FAULT
 - ``crash_after_commit``: commits, then the process dies (``os._exit(1)``).
 - ``refused``: answers an error without committing anything.
 
+``MCP_UPSTREAM_INPUT_SCHEMAS``, when set, is a JSON object of tool name to the
+``inputSchema`` the server advertises for it instead of the one its signature gives: a
+hostile upstream, for the tests of what the gateway registers.
+
 Run it over stdio (``python mcp_upstream.py``) or streamable HTTP
 (``python mcp_upstream.py --http PORT``).
 """
@@ -30,6 +34,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
 
 LEDGER_ENV = "MCP_UPSTREAM_LEDGER"
+SCHEMAS_ENV = "MCP_UPSTREAM_INPUT_SCHEMAS"
 FAULT_ENV = "MCP_UPSTREAM_FAULT"
 SLEEP_ENV = "MCP_UPSTREAM_SLEEP_S"
 FAULTS = ("timeout_after_commit", "crash_after_commit", "refused")
@@ -90,7 +95,13 @@ def lookup_payment(payment_id: str) -> str:
     return f"payment {payment_id}: captured"
 
 
+def _advertise(schemas: dict) -> None:
+    for name, schema in schemas.items():
+        server._tool_manager.get_tool(name).parameters = schema
+
+
 if __name__ == "__main__":
+    _advertise(json.loads(os.environ.get(SCHEMAS_ENV, "{}")))
     if len(sys.argv) == 3 and sys.argv[1] == "--http":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:
