@@ -206,7 +206,8 @@ def scale(sizes: list[int], token: str) -> list[dict[str, Any]]:
     from django.test.utils import override_settings
     from guardian.shortcuts import assign_perm
 
-    from operations import probes, services
+    from operations import services
+    from operations.dispatch import probes
     from operations.models import RunnerToken, Tool
 
     from .scale import CommittedLookup, Ledger

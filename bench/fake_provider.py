@@ -17,7 +17,7 @@ nothing (a "deduplicated" provider); without it every request that commits is an
 refund, as with a provider that ignores idempotency keys (irreversible effects).
 
 ``GET /refunds/lookup/{key}`` answers in the shape Effectgate's reconciliation probes
-read (``operations/probes.py``): ``committed`` with the refund id, ``not_found``, or
+read (``operations/dispatch/probes.py``): ``committed`` with the refund id, ``not_found``, or
 ``still_unknown`` while a request with that key is being processed.
 
 The provider's own records (``effects``) are the ground truth of every chaos run.

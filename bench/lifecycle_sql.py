@@ -174,10 +174,13 @@ class SqlRunner(Statements):
         counts there (no Redis configured, a runner rate set); None otherwise."""
         from django.conf import settings
 
-        from operations.throttling import CACHE_TABLE
+        from operations.http.throttling import CACHE_TABLE
 
         backend = settings.CACHES["default"]["BACKEND"]
-        if backend != "operations.throttling.DatabaseCache" or not settings.THROTTLE_RUNNER_RATE:
+        if (
+            backend != "operations.http.throttling.DatabaseCache"
+            or not settings.THROTTLE_RUNNER_RATE
+        ):
             return None
         key = f":1:throttle:runner:replica-{secrets.token_hex(6)}:0"
         self.conn.execute(
@@ -188,7 +191,7 @@ class SqlRunner(Statements):
 
     def _request(self) -> str:
         """What every request starts with: the health check and the token's lookup, then
-        the throttle's count (operations/throttling.py) when it is in the database."""
+        the throttle's count (operations/http/throttling.py) when it is in the database."""
         if self.token_cache:
             self._x("SELECT value FROM operations_token_generation WHERE id = 1").fetchone()
             runner_id = self.runner_id

@@ -5,7 +5,7 @@ from django import forms
 
 from approvals.errors import Refusal
 from approvals.policy import is_missing, parse_pointer, resolve_pointer
-from operations.schema_paths import Unproven, locate
+from operations.contracts.paths import Unproven, locate
 from operations.strictjson import loads_strict
 
 

@@ -17,9 +17,9 @@ from django.template.loader import render_to_string
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
+from operations.http.problems import api_handler400, is_api_request
+from operations.http.throttling import PersonRateThrottle
 from operations.metrics import HTTP_REQUEST_DURATION
-from operations.problems import api_handler400, is_api_request
-from operations.throttling import PersonRateThrottle
 
 from . import security
 
@@ -58,7 +58,7 @@ class RefuseNulMiddleware:
     holds one makes the query itself fail, and the request answered 500. No id, name or
     value here contains it, so refusing the request as a whole loses nothing and keeps
     every view (the API, the console, the admin, the sign-in page) from meeting one.
-    ``operations.problems.api_handler400`` answers a problem under /api/ and a message
+    ``operations.http.problems.api_handler400`` answers a problem under /api/ and a message
     page elsewhere, also under DEBUG (a raised ``BadRequest`` would show Django's debug
     page, which an API client cannot read). JSON bodies are checked by
     ``operations.strictjson``.

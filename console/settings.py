@@ -255,17 +255,17 @@ RUNNER_TOKEN_CACHE_S = float(os.environ.get("RUNNER_TOKEN_CACHE_S", "30"))
 DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("MAX_REQUEST_BYTES", str(1024 * 1024)))
 
 REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": ["operations.authentication.RunnerTokenAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["operations.authentication.IsRunner"],
-    "DEFAULT_PARSER_CLASSES": ["operations.parsers.StrictJSONParser"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["operations.http.authentication.RunnerTokenAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["operations.http.authentication.IsRunner"],
+    "DEFAULT_PARSER_CLASSES": ["operations.http.parsers.StrictJSONParser"],
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "operations.problems.exception_handler",
+    "EXCEPTION_HANDLER": "operations.http.problems.exception_handler",
     "UNAUTHENTICATED_USER": None,
     "DATETIME_FORMAT": "iso-8601",
     "COERCE_DECIMAL_TO_STRING": False,
     # The rate is THROTTLE_RUNNER_RATE, below; the count is kept in CACHES.
-    "DEFAULT_THROTTLE_CLASSES": ["operations.throttling.RunnerRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["operations.http.throttling.RunnerRateThrottle"],
     # There is one API version. drf-spectacular writes a ?version= parameter into the
     # document's info.version and its Content-Disposition file name unless it is one of
     # these: any text was echoed into the document, and a newline answered 500.
@@ -287,7 +287,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
-    # operations.converters.CountConverter: the path integers (attempt numbers), at most
+    # operations.http.converters.CountConverter: the path integers (attempt numbers), at most
     # 2^53-1 like every integer of the API.
     "PATH_CONVERTER_OVERRIDES": {
         "count": {"type": "integer", "minimum": 0, "maximum": 2**53 - 1},
@@ -351,7 +351,7 @@ CACHES: dict[str, dict[str, Any]] = {
         }
         if CACHE_URL
         else {
-            "BACKEND": "operations.throttling.DatabaseCache",
+            "BACKEND": "operations.http.throttling.DatabaseCache",
             "LOCATION": "effectgate_cache",
             # Culling deletes expired counters first; only beyond this many live ones
             # (identities that sent a request in the last two windows) does it drop some.
@@ -495,7 +495,7 @@ SPECTACULAR_SETTINGS["SWAGGER_UI_SETTINGS"] = {"deepLinking": True, "validatorUr
 # Answers from the layers in front of every view (token, scope, JSON parser), documented.
 SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"] = [
     "drf_spectacular.hooks.postprocess_schema_enums",
-    "operations.openapi.problem_responses",
+    "operations.http.openapi.problem_responses",
 ]
 
 # Sign-in throttling (django-axes): after AXES_FAILURE_LIMIT failures for one username

@@ -4,7 +4,8 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from console.views import health
-from operations import api, problems
+from operations.http import problems
+from operations.http import views as api
 
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
@@ -31,6 +32,6 @@ urlpatterns = [
     re_path(r"^api/v\d+/", problems.api_not_found),
 ]
 
-handler400 = "operations.problems.api_handler400"
-handler404 = "operations.problems.api_handler404"
-handler500 = "operations.problems.api_handler500"
+handler400 = "operations.http.problems.api_handler400"
+handler404 = "operations.http.problems.api_handler404"
+handler500 = "operations.http.problems.api_handler500"

@@ -12,7 +12,8 @@ class OperationsConfig(AppConfig):
         # never import tasks): importing it here makes every process listen.
         from django.db.models.signals import post_delete, post_migrate, post_save
 
-        from . import converters, tasks, triggers  # noqa: F401
+        from . import tasks, triggers  # noqa: F401
+        from .http import converters
         from .models import WebhookEndpoint
         from .services.endpoints import runner_webhook_events_refresh
 
@@ -26,6 +27,6 @@ class OperationsConfig(AppConfig):
 
 
 def _cache_table(sender: AppConfig, using: str, **kwargs: object) -> None:
-    from .throttling import cache_table_create
+    from .http.throttling import cache_table_create
 
     cache_table_create(using=using)

@@ -1,6 +1,6 @@
 """Typed domain errors with a stable ``code``.
 
-Services raise these; one DRF exception handler (``operations.problems``) turns them
+Services raise these; one DRF exception handler (``operations.http.problems``) turns them
 into RFC 9457 problem details, and the console turns them into messages. The ``code``
 and HTTP status of each are part of the runner API contract (api.md).
 """

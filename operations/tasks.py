@@ -11,7 +11,8 @@ from celery import shared_task
 from django.conf import settings
 from django.dispatch import receiver
 
-from . import notifications, probes, services, webhooks
+from . import services
+from .dispatch import notifications, probes, webhooks
 from .services.core import approval_escalated, approval_requested, resolution_proposed
 
 IDEMPOTENT = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}

@@ -143,7 +143,7 @@ def _static_without_manifest(settings):
 # The Redis the Celery tests use too (CI starts it); each test keeps to its own prefix.
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 DATABASE_CACHE = {
-    "BACKEND": "operations.throttling.DatabaseCache",
+    "BACKEND": "operations.http.throttling.DatabaseCache",
     "LOCATION": "effectgate_cache",
 }
 

@@ -19,7 +19,7 @@ from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
-from operations import display
+from operations.contracts import display
 from operations.text import is_hidden
 
 register = template.Library()
@@ -162,6 +162,6 @@ def nav_link(
 
 @register.filter
 def op_summary(op) -> str:
-    """What the operation will do, in words (``operations.display``; plain text: pipe it
+    """What the operation will do, in words (``operations.contracts.display``; plain text: pipe it
     through ``reveal``)."""
     return display.summary(op.tool_version.contract, op.arguments)

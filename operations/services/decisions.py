@@ -14,8 +14,8 @@ from approvals.errors import DecisionRefused, Refusal
 from approvals.models import ApprovalRequest
 
 from .. import access, errors, payloads
-from ..arguments import apply_edits, validate_frozen
 from ..canonical import intent_hash
+from ..contracts.arguments import apply_edits, validate_frozen
 from ..machine import Status
 from ..models import (
     Operation,

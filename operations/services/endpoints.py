@@ -15,7 +15,7 @@ from ..models import (
     Runner,
     WebhookEndpoint,
 )
-from ..webhooks import new_secret as webhooks_new_secret
+from ..signing import new_secret as webhooks_new_secret
 from .core import (
     Actor,
     event_append,

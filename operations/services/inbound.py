@@ -19,8 +19,8 @@ from ..models import (
     Tool,
 )
 from ..params import parse_count
+from ..signing import verify as webhooks_verify
 from ..strictjson import MAX_SAFE_INTEGER, loads_strict
-from ..webhooks import verify as webhooks_verify
 from .core import (
     Actor,
     attempt_supersede,

@@ -15,8 +15,8 @@ from approvals.policy import evaluate as evaluate_policy
 from approvals.policy import is_missing, resolve_pointer
 
 from .. import access, errors
-from ..arguments import freeze_arguments, validate_arguments
 from ..canonical import canonical_json, intent_hash
+from ..contracts.arguments import freeze_arguments, validate_arguments
 from ..machine import Status
 from ..models import (
     Attempt,

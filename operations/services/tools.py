@@ -16,7 +16,7 @@ from approvals.errors import PermissionRefused
 from .. import access, errors
 from ..canonical import sha256_hex
 from ..contracts import normalize_contract, weakenings
-from ..egress import lookup_policy
+from ..hosts import lookup_policy
 from ..models import (
     Runner,
     Tool,

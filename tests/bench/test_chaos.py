@@ -22,7 +22,7 @@ from bench.harness import (
     run_naive,
     settle,
 )
-from operations.probes import probe_due
+from operations.dispatch.probes import probe_due
 from operations.services import sweep
 from tests.conftest import make_runner
 

@@ -1,11 +1,11 @@
 """A signed-in person's POSTs count against THROTTLE_SESSION_RATE (console.middleware,
-operations/throttling.py); reads and signing in do not."""
+operations/http/throttling.py); reads and signing in do not."""
 
 import pytest
 from django.test import Client
 
+from operations.http.throttling import WindowRateThrottle
 from operations.models import SavedView
-from operations.throttling import WindowRateThrottle
 from tests.approvals.conftest import person
 from tests.console.conftest import client_for
 

@@ -19,7 +19,7 @@ from drf_spectacular.generators import SchemaGenerator
 from approvals import errors as approval_errors
 from approvals.errors import Refusal
 from operations import errors as operation_errors
-from operations import problems, serializers
+from operations.http import problems, serializers
 from operations.machine import Status
 from tests.docs.blocks import DOCS, ROOT, all_blocks, fenced_blocks
 
@@ -150,7 +150,7 @@ def _server_problem_codes() -> set[str]:
     codes |= {code for _, code in problems._DRF_CODES}
     for module in (problems, operation_errors):
         codes |= _literal_codes(Path(inspect.getfile(module)))
-    codes |= _literal_codes(ROOT / "operations" / "api.py")
+    codes |= _literal_codes(ROOT / "operations" / "http" / "views.py")
     return codes
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from operations import egress, services
+from operations import hosts, services
 from operations.models import Operation
 from tests.approvals.conftest import person
 from tests.conftest import Api, contract, make_runner
@@ -44,7 +44,7 @@ def no_dns(monkeypatch):
     """Webhook URLs are checked on their resolved address; the fuzzer's host names are
     random, so resolve every name to one public address instead of asking DNS."""
     monkeypatch.setattr(
-        egress, "_resolve", lambda host, port: [ipaddress.ip_address("93.184.215.14")]
+        hosts, "resolve", lambda host, port: [ipaddress.ip_address("93.184.215.14")]
     )
 
 

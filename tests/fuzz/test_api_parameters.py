@@ -20,7 +20,7 @@ import pytest
 from drf_spectacular.generators import SchemaGenerator
 from rest_framework.test import APIClient
 
-from operations import services, webhooks
+from operations import services, signing
 from operations.models import Tool
 from tests.conftest import contract
 
@@ -135,7 +135,7 @@ def test_no_hostile_header_gets_a_5xx(world):
     world.api.tool("hooked", contract("idempotent", inbound=inbound))
     services.tool_inbound_secret_set(
         tool=Tool.objects.get(pk="hooked"),
-        secret=webhooks.new_secret(),
+        secret=signing.new_secret(),
         actor=services.Actor.system("fuzz"),
     )
     client = APIClient(raise_request_exception=False)

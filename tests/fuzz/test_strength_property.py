@@ -8,7 +8,7 @@ object, compared whole). Each node on those paths draws its keywords independent
 the two versions (bounds, multiples, enums, sizes, uniqueness, patterns, formats,
 members, additionalProperties, patternProperties, propertyNames), so pairs narrow, widen
 or both. The sibling ``note`` and the ``required`` lists stay the same in both: a change
-there is a change to another place (``operations.schema_subsumption``, step 4), and a
+there is a change to another place (``operations.contracts.subsumption``, step 4), and a
 document that differs only there does not reach a protected place.
 
 Documents are built from values that straddle the drawn bounds (wrong types included);
@@ -24,8 +24,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from operations.contracts import normalize_contract, weakenings
+from operations.contracts.safety import bounded, validator_for
 from operations.errors import InvalidContract
-from operations.schema_checks import bounded, validator_for
 
 EXAMPLES = int(os.environ.get("STRENGTH_EXAMPLES", "1500"))
 NUMBERS = [-1, 0, 0.5, 1, 2, 3, 4, 5, 7.5, 10, 11]
@@ -59,7 +59,7 @@ identifiers = _merge(
     _maybe("format", st.sampled_from(["uuid", "email"])),
     _maybe("enum", st.lists(st.sampled_from(STRINGS), min_size=1, max_size=3, unique=True)),
 )
-# On the path to a place only properties are followed (schema_paths.locate), so the
+# On the path to a place only properties are followed (paths.locate), so the
 # ancestors draw no patternProperties; the protected object itself may.
 ancestor_openness = st.sampled_from(
     [{}, {"additionalProperties": False}, {"additionalProperties": {"type": "integer"}}]

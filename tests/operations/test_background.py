@@ -13,7 +13,8 @@ from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
 from console.background import LocalScheduler
-from operations import services, webhooks
+from operations import services
+from operations.dispatch import webhooks
 from operations.models import Event, Operation, OutboxMessage, Tool
 from tests.approvals.conftest import person
 from tests.conftest import contract, make_runner

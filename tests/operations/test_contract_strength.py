@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from operations.contracts import normalize_contract, weakenings
+from operations.contracts.paths import Unproven, locate
 from operations.errors import InvalidContract
 from operations.models import Tool, ToolVersion
-from operations.schema_paths import Unproven, locate
 from tests.conftest import REFUND_SCHEMA, contract
 
 RULE = {"path": "/amount_cents", "op": "gt", "value": 50000}

@@ -2,7 +2,7 @@
 
 import pytest
 
-from operations.display import summary
+from operations.contracts.display import summary
 from operations.models import Tool
 from tests.conftest import contract
 

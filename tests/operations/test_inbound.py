@@ -13,7 +13,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 from standardwebhooks.webhooks import Webhook
 
-from operations import webhooks
+from operations import signing
 from operations.crypto import decrypt
 from operations.management.commands import tool as tool_command
 from operations.models import Event, InboundEvent, Operation, Tool
@@ -63,7 +63,7 @@ def test_the_usage_in_the_tool_command_docstring_runs(api, capsys, monkeypatch):
     call_command(*[word.replace("NAME", "refund") for word in required])
     generated = capsys.readouterr().out.strip().splitlines()[-1]
     assert decrypt(Tool.objects.get(pk="refund").inbound_secret_encrypted) == generated
-    own = webhooks.new_secret()
+    own = signing.new_secret()
     monkeypatch.setattr(sys, "stdin", io.StringIO(own + "\n"))
     call_command(*[word.replace("NAME", "refund") for word in required], *optional)
     assert "the secret you gave" in capsys.readouterr().out

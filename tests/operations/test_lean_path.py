@@ -19,6 +19,8 @@ from django.test.utils import CaptureQueriesContext
 
 from operations import payloads, services
 from operations.audit.chains import chains_verify
+from operations.http.serializers import AttemptOut, OperationOut
+from operations.http.throttling import WindowRateThrottle
 from operations.models import (
     Attempt,
     Event,
@@ -29,8 +31,6 @@ from operations.models import (
     RunnerToken,
     WebhookEndpoint,
 )
-from operations.serializers import AttemptOut, OperationOut
-from operations.throttling import WindowRateThrottle
 from tests.conftest import make_runner
 
 POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"

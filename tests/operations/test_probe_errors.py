@@ -6,11 +6,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from operations import probes
 from operations.contracts import normalize_contract
+from operations.dispatch import probes
+from operations.dispatch.probes import probe_due
 from operations.errors import InvalidContract
 from operations.models import Event, Operation, Tool, ToolVersion
-from operations.probes import probe_due
 from tests.conftest import contract
 
 
@@ -111,7 +111,7 @@ def test_a_stored_bad_template_is_a_failed_probe_and_the_batch_goes_on(
         next_probe_at=Operation.objects.get(pk=good["id"]).next_probe_at
     )
     lookup_server.answer(good["idempotency_key"], {"result": "committed"})
-    with caplog.at_level(logging.ERROR, logger="operations.probes"):
+    with caplog.at_level(logging.ERROR, logger="operations.dispatch.probes"):
         report = probe_due()
     assert (report.probed, report.failed, report.resolved) == (2, 1, 1)
     assert Operation.objects.get(pk=good["id"]).status == "succeeded"

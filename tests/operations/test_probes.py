@@ -8,9 +8,9 @@ import time_machine
 from django.core.management import call_command
 from django.utils import timezone
 
-from operations.egress import HostPolicy
+from operations.dispatch.probes import probe_due
+from operations.hosts import HostPolicy
 from operations.models import Event, Operation, Tool, ToolVersion
-from operations.probes import probe_due
 from tests.conftest import contract
 
 

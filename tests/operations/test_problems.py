@@ -152,7 +152,7 @@ def test_internal_errors_are_problems_too(api, monkeypatch):
 
 
 def test_every_code_mapped_from_a_drf_exception_has_a_title():
-    from operations import problems
+    from operations.http import problems
 
     mapped = {code for _, code in problems._DRF_CODES} | {"invalid_request"}
     assert set(problems._DRF_TITLES) == mapped

@@ -1,4 +1,4 @@
-"""Request throttling per runner token (operations/throttling.py; api.md, Rate limits).
+"""Request throttling per runner token (operations/http/throttling.py; api.md, Rate limits).
 
 The count lives in the shared cache; the tests run each behaviour on the database cache
 (the default without Redis) and on Redis (production's), and freeze the throttle's
@@ -24,8 +24,8 @@ from django.db import connection
 from rest_framework.test import APIClient
 
 from operations import services
+from operations.http.throttling import CACHE_TABLE, DatabaseCache, WindowRateThrottle
 from operations.models import Attempt, Event, Operation, Run, RunnerToken
-from operations.throttling import CACHE_TABLE, DatabaseCache, WindowRateThrottle
 from tests.conftest import REDIS_URL, make_runner
 from tests.operations.test_celery import _database_url
 from tests.support.net import free_port
@@ -183,7 +183,7 @@ def test_the_rates_and_the_cache_are_read_from_the_environment():
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
-    database = "operations.throttling.DatabaseCache"
+    database = "operations.http.throttling.DatabaseCache"
     redis = "django.core.cache.backends.redis.RedisCache"
     assert read() == ["60000/min", "600/min", database, "effectgate_cache"]
     assert read(

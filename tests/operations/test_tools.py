@@ -100,7 +100,7 @@ def test_a_page_of_tools_costs_the_same_statements_however_many_tools(api):
     def statements() -> int:
         with CaptureQueriesContext(connection) as queries:
             _page(api, "/api/v1/tools")
-        # The throttle's count (operations/throttling.py) is not the list's.
+        # The throttle's count (operations/http/throttling.py) is not the list's.
         return sum("effectgate_cache" not in query["sql"] for query in queries.captured_queries)
 
     other = make_runner()

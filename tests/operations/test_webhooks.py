@@ -10,7 +10,8 @@ import time_machine
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
-from operations import services, webhooks
+from operations import services
+from operations.dispatch import webhooks
 from operations.machine import Status
 from operations.models import DeliveryAttempt, OutboxMessage, WebhookEndpoint
 from tests.conftest import contract

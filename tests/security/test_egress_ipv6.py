@@ -11,8 +11,9 @@ import ipaddress
 import httpx
 import pytest
 
-from operations import egress
-from operations.egress import AddressRefused, GuardedBackend, HostPolicy, guarded_client
+from operations import hosts
+from operations.dispatch.egress import AddressRefused, GuardedBackend, guarded_client
+from operations.hosts import HostPolicy
 from operations.models import WebhookEndpoint
 
 ip = ipaddress.ip_address
@@ -109,7 +110,7 @@ def test_connect_time_check_refuses_a_name_resolving_to_an_embedded_internal_add
 ):
     # DNS rebinding: the name resolved to a public address at registration and now
     # answers with an IPv6 form of an internal one.
-    monkeypatch.setattr(egress, "_resolve", lambda host, port: [ip(address)])
+    monkeypatch.setattr(hosts, "resolve", lambda host, port: [ip(address)])
     connected = []
     backend = GuardedBackend(HostPolicy.parse([], allow_public=True))
     monkeypatch.setattr(backend.plain, "connect_tcp", lambda *a, **k: connected.append(a))

@@ -1,5 +1,5 @@
 """A contract's input_schema is hostile: it reaches nothing outside itself, runs in linear
-time, and cannot crash or hold a worker (operations/schema_checks.py).
+time, and cannot crash or hold a worker (operations/contracts/safety.py).
 
 Each attack is tried at registration (``PUT /tools``: 422 ``invalid_contract`` naming the
 place) and, for versions stored before the checks existed, at the registration of an
@@ -14,8 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from operations.contracts.safety import MAX_STRING, WORK_LIMIT
 from operations.models import Operation, ToolVersion
-from operations.schema_checks import MAX_STRING, WORK_LIMIT
 from tests.conftest import contract
 
 
@@ -238,7 +238,7 @@ def test_a_legacy_self_reference_answers_422_not_500(api):
 
 CHILD = """
 import json, sys
-from operations.arguments import validate_arguments
+from operations.contracts.arguments import validate_arguments
 from operations.errors import InvalidArguments
 schema, arguments = json.loads(sys.stdin.read())
 try:

@@ -15,7 +15,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from operations import services, telemetry, webhooks
+from operations import services, telemetry
+from operations.dispatch import webhooks
 from operations.models import OutboxMessage, Tool
 from tests.approvals.conftest import person
 from tests.conftest import REFUND_SCHEMA, contract

@@ -4,7 +4,7 @@ import time
 
 from django.core.management.base import BaseCommand
 
-from operations.probes import probe_due
+from operations.dispatch.probes import probe_due
 
 
 class Command(BaseCommand):

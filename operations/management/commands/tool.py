@@ -12,7 +12,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
-from operations import services, webhooks
+from operations import services, signing
 from operations.models import Tool
 
 
@@ -42,7 +42,7 @@ class Command(BaseCommand):
         if tool is None:
             raise CommandError(f"No tool named {options['name']!r}.")
         generated = not options["stdin"]
-        value = webhooks.new_secret() if generated else sys.stdin.readline().strip()
+        value = signing.new_secret() if generated else sys.stdin.readline().strip()
         services.tool_inbound_secret_set(
             tool=tool, secret=value, actor=services.Actor.system("cli")
         )

@@ -6,8 +6,8 @@ from django.core.mail import send_mail
 
 from approvals.models import ApprovalRequest
 
-from . import access
-from .models import Resolution
+from .. import access
+from ..models import Resolution
 
 
 def approvers_for(request: ApprovalRequest) -> list:

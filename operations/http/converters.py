@@ -7,8 +7,8 @@ database with an integer no column holds (SQLite refuses it outright) and answer
 
 from django.urls import register_converter
 
-from .params import parse_count
-from .strictjson import MAX_SAFE_INTEGER
+from ..params import parse_count
+from ..strictjson import MAX_SAFE_INTEGER
 
 # Enough digits for every integer up to MAX_SAFE_INTEGER (16 digits), and no more.
 _DIGITS = len(str(MAX_SAFE_INTEGER))

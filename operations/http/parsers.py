@@ -3,8 +3,8 @@
 from django.conf import settings
 from rest_framework.parsers import BaseParser
 
-from .errors import PayloadTooLarge
-from .strictjson import loads_strict
+from ..errors import PayloadTooLarge
+from ..strictjson import loads_strict
 
 
 class StrictJSONParser(BaseParser):

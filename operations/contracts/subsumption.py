@@ -29,7 +29,7 @@ How one schema is proven to admit no more than another (``new ⊆ old``):
    an old one, or the whole new schema inside one branch); ``oneOf``, ``if``/``then``/
    ``else`` and ``unevaluated*`` only when unchanged. Recursive definitions are
    compared coinductively: a pair already under comparison is assumed to hold, which
-   is sound because every loop reads deeper into the arguments (``schema_checks``).
+   is sound because every loop reads deeper into the arguments (``safety``).
 4. At an ancestor of the place, what counts is which members and elements can exist
    and the ancestor's own keywords: a sibling declared by both versions is another
    place, compared only if it is protected itself.
@@ -44,8 +44,8 @@ from typing import Any
 
 from approvals.policy import json_equal
 
-from .schema_checks import TooComplex, bounded, compiled_pattern, validator_for
-from .schema_paths import JSON_TYPES, format_types, schema_types
+from .paths import JSON_TYPES, format_types, schema_types
+from .safety import TooComplex, bounded, compiled_pattern, validator_for
 
 MAX_STEPS = 5_000
 NUMBERS = frozenset({"integer", "number"})
@@ -401,7 +401,7 @@ class _Proof:
             reasons.append(f"at {where or '/'}: {text}")
 
         # At an ancestor, whether a sibling must be present is the sibling's concern, and
-        # the next place on the path is compared by schema_paths.locate.
+        # the next place on the path is compared by paths.locate.
         required = {name for n in news for name in n.get("required", [])}
         missing = [name for name in old.get("required", []) if name not in required]
         if missing and child is None:
@@ -587,7 +587,7 @@ def _show_bound(bound: tuple[Fraction, bool] | None) -> str:
 
 
 def _walk(schema: Any, tokens: tuple[str, ...]) -> list[Any]:
-    """The schema at each step of a path that ``schema_paths.locate`` already proved."""
+    """The schema at each step of a path that ``paths.locate`` already proved."""
     nodes = [schema]
     for token in tokens:
         node = nodes[-1]
@@ -599,7 +599,7 @@ def _walk(schema: Any, tokens: tuple[str, ...]) -> list[Any]:
 def widenings(old: Any, new: Any, tokens: tuple[str, ...]) -> list[str]:
     """Reasons the new schema may admit, at the place ``tokens`` or an ancestor on its
     path, a value the old one refused (module docstring). Both schemas declare the place
-    (``schema_paths.locate``); its type and presence are compared there.
+    (``paths.locate``); its type and presence are compared there.
     """
     proof = _Proof(new, old)
     old_nodes, new_nodes = _walk(old, tokens), _walk(new, tokens)

@@ -13,12 +13,7 @@ Messages are written by ``services`` in the transaction of the change they repor
    retried on the specification's schedule, honouring ``Retry-After``.
 """
 
-import base64
-import hashlib
-import hmac
-import json
 import logging
-import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -27,10 +22,11 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .crypto import decrypt
-from .egress import HostPolicy, guarded_client
-from .metrics import timed_sweep
-from .models import DeliveryAttempt, OutboxMessage, WebhookEndpoint
+from ..hosts import webhook_policy
+from ..metrics import timed_sweep
+from ..models import DeliveryAttempt, OutboxMessage, WebhookEndpoint
+from ..signing import body_of, headers_for
+from .egress import guarded_client
 
 logger = logging.getLogger(__name__)
 
@@ -49,62 +45,6 @@ RETRY_SCHEDULE = [
     timedelta(hours=24),
 ]
 MAX_RETRY_AFTER = timedelta(hours=24)
-
-
-def new_secret() -> str:
-    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
-
-
-def sign(secret: str, msg_id: str, timestamp: int, body: bytes) -> str:
-    """One ``v1,<base64 HMAC-SHA256>`` signature over ``id.timestamp.body``."""
-    key = base64.b64decode(secret.removeprefix("whsec_"))
-    signed = f"{msg_id}.{timestamp}.".encode() + body
-    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
-
-
-def verify(secret: str, msg_id: str, timestamp: int, body: bytes, header: str) -> bool:
-    """Whether any ``v1,`` signature in ``header`` matches (constant-time comparison).
-
-    A signature is base64, so a candidate with any other character cannot match; it is
-    skipped, because ``hmac.compare_digest`` raises on a non-ASCII string."""
-    expected = sign(secret, msg_id, timestamp, body)
-    return any(
-        hmac.compare_digest(candidate, expected)
-        for candidate in header.split()
-        if candidate.startswith("v1,") and candidate.isascii()
-    )
-
-
-def signing_secrets(endpoint: WebhookEndpoint, now: datetime) -> list[str]:
-    """The current secret, plus the previous one during a rotation's overlap."""
-    found = [decrypt(endpoint.secret_encrypted)]
-    if endpoint.previous_secret_encrypted and (
-        endpoint.previous_secret_until is not None and endpoint.previous_secret_until > now
-    ):
-        found.append(decrypt(endpoint.previous_secret_encrypted))
-    return found
-
-
-def headers_for(message: OutboxMessage, body: bytes, now: datetime) -> dict[str, str]:
-    timestamp = int(now.timestamp())
-    signatures = [
-        sign(secret, message.id, timestamp, body)
-        for secret in signing_secrets(message.endpoint, now)
-    ]
-    return {
-        "content-type": "application/json",
-        "webhook-id": message.id,
-        "webhook-timestamp": str(timestamp),
-        "webhook-signature": " ".join(signatures),
-    }
-
-
-def body_of(message: OutboxMessage) -> bytes:
-    return json.dumps(message.payload, separators=(",", ":"), sort_keys=True).encode()
-
-
-def _policy() -> HostPolicy:
-    return HostPolicy.parse(settings.WEBHOOK_ALLOWED_HOSTS, allow_public=True)
 
 
 def _retry_after(response: httpx.Response) -> timedelta | None:
@@ -231,7 +171,7 @@ def deliver_due(*, now: datetime | None = None, limit: int = 100) -> DeliveryRep
     )
     if not due:
         return report
-    with guarded_client(_policy(), timeout=settings.WEBHOOK_TIMEOUT_S) as client:
+    with guarded_client(webhook_policy(), timeout=settings.WEBHOOK_TIMEOUT_S) as client:
         for message_id, due_at in due:
             if not _claim(message_id, due_at, now):
                 continue

@@ -17,7 +17,7 @@ from rest_framework.response import Response
 
 from approvals.errors import Refusal
 
-from .errors import RateLimited
+from ..errors import RateLimited
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ checks that it does, tests/fuzz/).
 
 from typing import Any
 
-from .contracts import CONTRACT_SCHEMA
+from ..contracts import CONTRACT_SCHEMA
 
 PROBLEM_SCHEMA: dict[str, Any] = {
     "type": "object",

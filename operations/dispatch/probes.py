@@ -28,13 +28,14 @@ import httpx
 from django.conf import settings
 from django.utils import timezone
 
-from . import errors, services
-from .contracts import URL_PLACEHOLDER, url_template_problems
-from .egress import guarded_client, lookup_policy
-from .machine import Status
-from .metrics import PROBE_FAILURES, timed_sweep
-from .models import Operation
-from .strictjson import loads_strict
+from .. import errors, services
+from ..contracts import URL_PLACEHOLDER, url_template_problems
+from ..hosts import lookup_policy
+from ..machine import Status
+from ..metrics import PROBE_FAILURES, timed_sweep
+from ..models import Operation
+from ..strictjson import loads_strict
+from .egress import guarded_client
 
 logger = logging.getLogger(__name__)
 

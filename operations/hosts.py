@@ -1,22 +1,17 @@
-"""Outbound HTTP that cannot be pointed at internal addresses.
+"""Which hosts a URL a runner supplies may reach: one policy for reconciliation lookups
+and webhook deliveries.
 
-Reconciliation lookups and webhook deliveries go to URLs that runners supply, so a
-runner token must not be able to make Effectgate call its own admin, a cloud metadata
-service or anything else on its private network. The check runs on the address that is
-actually connected to, after DNS resolution, inside the connection itself: a name that
-resolves to a public address when registered and to 127.0.0.1 when called (DNS
-rebinding) is refused at connect time. Redirects are never followed.
+Services check a URL against it when a runner registers one (without DNS where the name
+may resolve only where workers run); the guarded transport (``dispatch.egress``) checks
+the address actually connected to, after DNS resolution, inside the connection itself.
 """
 
 import ipaddress
 import socket
-import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import cast
 
-import certifi
-import httpcore
 import httpx
 from django.conf import settings
 
@@ -52,10 +47,6 @@ def embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | Non
     if in_low_32_bits or (address in _V4_COMPATIBLE and int(address) > 1):
         return ipaddress.IPv4Address(int(address) & 0xFFFF_FFFF)
     return None
-
-
-class AddressRefused(httpcore.ConnectError):
-    """The destination resolved only to addresses the policy refuses."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +115,7 @@ class HostPolicy:
         if parsed.scheme not in {"http", "https"} or not parsed.host:
             return False, "must be an http(s) URL"
         try:
-            addresses = _resolve(parsed.host, parsed.port or 443)
+            addresses = resolve(parsed.host, parsed.port or 443)
         except OSError:
             return False, f"{parsed.host} does not resolve"
         refused = [str(a) for a in addresses if not self.address_allowed(parsed.host, a)]
@@ -139,61 +130,13 @@ def lookup_policy() -> HostPolicy:
     return HostPolicy.parse(settings.RECONCILE_ALLOWED_HOSTS, allow_public=False)
 
 
-def _resolve(host: str, port: int) -> list[Address]:
+def resolve(host: str, port: int) -> list[Address]:
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     # An IPv4 or IPv6 result's address is a str (typeshed also allows other families' int).
     return [ipaddress.ip_address(cast(str, info[4][0]).split("%")[0]) for info in infos]
 
 
-class GuardedBackend(httpcore.NetworkBackend):
-    """Resolves the host itself and connects only to an address the policy admits."""
-
-    def __init__(self, policy: HostPolicy) -> None:
-        self.policy = policy
-        self.plain = httpcore.SyncBackend()
-
-    def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
-        try:
-            addresses = _resolve(host, port)
-        except OSError as exc:
-            raise httpcore.ConnectError(f"{host} does not resolve: {exc}") from exc
-        allowed = [a for a in addresses if self.policy.address_allowed(host, a)]
-        if not allowed:
-            raise AddressRefused(f"{host} resolves only to addresses that are not allowed")
-        last_error: Exception | None = None
-        for address in allowed:
-            try:
-                return self.plain.connect_tcp(
-                    str(address), port, timeout, local_address, socket_options
-                )
-            except httpcore.ConnectError as exc:
-                last_error = exc
-        raise httpcore.ConnectError(str(last_error))
-
-    def connect_unix_socket(self, path, timeout=None, socket_options=None):
-        raise AddressRefused("unix sockets are not allowed")
-
-    def sleep(self, seconds: float) -> None:
-        self.plain.sleep(seconds)
-
-
-class GuardedTransport(httpx.HTTPTransport):
-    def __init__(self, policy: HostPolicy) -> None:
-        super().__init__()
-        # TLS still verifies the certificate against the URL's host name: httpcore
-        # passes it as server_hostname although the socket was opened to an address.
-        self._pool = httpcore.ConnectionPool(
-            ssl_context=ssl.create_default_context(cafile=certifi.where()),
-            max_connections=10,
-            network_backend=GuardedBackend(policy),
-        )
-
-
-def guarded_client(policy: HostPolicy, *, timeout: float) -> httpx.Client:
-    return httpx.Client(
-        transport=GuardedTransport(policy),
-        timeout=httpx.Timeout(timeout),
-        follow_redirects=False,
-        trust_env=False,
-        headers={"User-Agent": "Effectgate"},
-    )
+def webhook_policy() -> HostPolicy:
+    """Where webhook deliveries may connect: ``WEBHOOK_ALLOWED_HOSTS``, and any public
+    address (runners' endpoints are usually on the internet)."""
+    return HostPolicy.parse(settings.WEBHOOK_ALLOWED_HOSTS, allow_public=True)

@@ -17,10 +17,10 @@ from typing import Any
 
 from approvals.policy import is_missing, json_equal, parse_pointer, resolve_pointer
 
-from .canonical import canonical_json
-from .contracts import sensitive_paths
-from .errors import InvalidArguments
-from .schema_checks import MAX_STRING, TooComplex, bounded, validator_for
+from ..canonical import canonical_json
+from ..errors import InvalidArguments
+from .safety import MAX_STRING, TooComplex, bounded, validator_for
+from .validation import sensitive_paths
 
 SENSITIVE_PREFIX = "hmac-sha256:"
 
@@ -56,7 +56,7 @@ def _long_string(arguments: Any) -> str | None:
 
 
 def _schema_errors(schema: dict[str, Any], document: Any) -> list[Any]:
-    """Every validation error, in path order, under the bounds of ``schema_checks``."""
+    """Every validation error, in path order, under the bounds of ``safety``."""
     long = _long_string(document)
     if long is not None:
         raise InvalidArguments(

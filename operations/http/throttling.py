@@ -33,7 +33,7 @@ from django.utils.timezone import now as tz_now
 from redis.exceptions import RedisError
 from rest_framework.throttling import SimpleRateThrottle
 
-from .models import RunnerToken
+from ..models import RunnerToken
 
 logger = logging.getLogger(__name__)
 

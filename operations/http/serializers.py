@@ -15,9 +15,9 @@ from rest_framework import serializers
 from approvals.models import ApprovalRequest
 from approvals.selectors import request_latest
 
-from . import payloads
-from .machine import OUTCOME_CODE_PATTERN, Status, allowed_next_actions
-from .models import Attempt, Event, Operation, Run, ToolVersion
+from .. import payloads
+from ..machine import OUTCOME_CODE_PATTERN, Status, allowed_next_actions
+from ..models import Attempt, Event, Operation, Run, ToolVersion
 
 # The JSON type each kind of field takes. DRF would otherwise coerce ("5" for an
 # integer, false for a number, 7 for a string); a runner's body means what it says.

@@ -3,9 +3,9 @@
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, permissions
 
-from .errors import ScopeForbidden
-from .models import Runner, RunnerToken
-from .services import token_authenticate
+from ..errors import ScopeForbidden
+from ..models import Runner, RunnerToken
+from ..services import token_authenticate
 
 
 class RunnerTokenAuthentication(authentication.BaseAuthentication):

@@ -11,10 +11,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from . import openapi, params, payloads, selectors, services
-from .egress import HostPolicy
-from .errors import InvalidRequest, NotFound, OperationKeyRequired, UrlNotAllowed
-from .models import Runner, RunnerToken
+from .. import params, payloads, selectors, services
+from ..errors import InvalidRequest, NotFound, OperationKeyRequired, UrlNotAllowed
+from ..hosts import HostPolicy
+from ..models import Runner, RunnerToken
+from . import openapi
 from .serializers import (
     ApprovalDetailOut,
     AttemptOut,
@@ -115,7 +116,7 @@ def _known_parameters_only(request: Request, known: set[str]) -> None:
 
 
 class ToolListView(APIView):
-    # Contracts are readable with either scope (operations.authentication.IsRunner).
+    # Contracts are readable with either scope (operations.http.authentication.IsRunner).
     required_scope = RunnerToken.SCOPE_REGISTER_CONTRACTS
 
     @extend_schema(

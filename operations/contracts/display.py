@@ -26,7 +26,7 @@ from typing import Any
 
 from approvals.policy import is_missing, parse_pointer, resolve_pointer
 
-from .contracts import DISPLAY_PLACEHOLDER, sensitive_paths, summary_labels
+from .validation import DISPLAY_PLACEHOLDER, sensitive_paths
 
 SYMBOLS = {"EUR": "€", "USD": "$", "GBP": "£", "JPY": "¥", "CHF": "CHF "}
 # Currencies whose minor unit is not a hundredth.
@@ -104,6 +104,26 @@ def _is_sensitive(pointer: str, secrets: list[tuple[str, ...]]) -> bool:
         and all(part == "*" or part == token for part, token in zip(secret, tokens, strict=False))
         for secret in secrets
     )
+
+
+def summary_labels(contract: dict[str, Any]) -> dict[str, str] | None:
+    """The label the summary gives each top-level argument when the contract's display
+    has no summary template (``display.summary``): the display field's label, else the
+    schema's ``title``, else the name. None when a template writes the summary."""
+    display = contract.get("display") or {}
+    if display.get("summary"):
+        return None
+    schema = contract.get("input_schema")
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    if not isinstance(properties, dict):
+        return {}
+    fields = display.get("fields", {})
+    labels = {}
+    for name, child in properties.items():
+        pointer = "/" + name.replace("~", "~0").replace("/", "~1")
+        title = child.get("title") if isinstance(child, dict) else None
+        labels[name] = fields.get(pointer, {}).get("label") or title or name
+    return labels
 
 
 def summary(contract: dict[str, Any], arguments: Any) -> str:
