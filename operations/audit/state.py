@@ -14,9 +14,9 @@ from django.db.models.fields.json import KT, KeyTextTransform, KeyTransform
 from approvals.models import ApprovalRequest, Decision, Grant
 
 from ..canonical import intent_hash, sha256_hex
+from ..contracts import concurrency_value
 from ..models import Event, Operation, Resolution, ResolutionReview, Run, Tool, ToolVersion
 from ..payloads import iso
-from ..services.registration import concurrency_value
 from ..services.terms import RUN_BUDGET_COLUMNS, approval_terms, run_budgets, run_terms
 from .chains import CHUNK
 

@@ -5,7 +5,7 @@
 - ``safety``: what an argument schema may hold and the validator that applies it in
   bounded time, reaching nothing outside it.
 - ``arguments``: arguments validated against a contract and frozen (sensitive values
-  digested).
+  digested), and the concurrency value they hold (``concurrency_value``).
 - ``paths``: what a schema provably says about one place in the arguments.
 - ``subsumption`` and ``strength``: whether a new version protects at least as much.
 - ``display``: what an operation will do, in words.
@@ -13,6 +13,7 @@
 Pure: no Django model or HTTP import.
 """
 
+from .arguments import concurrency_value
 from .display import summary_labels
 from .strength import weakenings
 from .validation import (
@@ -34,6 +35,7 @@ __all__ = [
     "DISPLAY_PLACEHOLDER",
     "URL_PLACEHOLDER",
     "URL_PLACEHOLDERS",
+    "concurrency_value",
     "normalize_contract",
     "sensitive_paths",
     "summary_labels",

@@ -6,6 +6,9 @@
 2. Freeze: replace every ``"x-sensitive": true`` value by
    ``"hmac-sha256:<key id>:<hex>"``, an HMAC over its canonical JSON keyed by a server
    secret. The frozen arguments are what is stored, hashed into the intent and shown.
+3. The concurrency value: the digest of what the contract's ``concurrency_key`` points
+   at in the frozen arguments, the resource an operation holds while its effect is
+   unresolved.
 
 Pure functions: the key is passed in.
 """
@@ -165,3 +168,16 @@ def apply_edits(frozen: Any, edits: dict[str, Any]) -> tuple[Any, list[dict[str,
             {"path": pointer, "from": None if is_missing(before) else before, "to": value}
         )
     return edited, changes
+
+
+def concurrency_value(contract: dict[str, Any], frozen: Any) -> str | None:
+    """The sha256 hex of the canonical JSON of the value ``contract["concurrency_key"]``
+    points at in ``frozen``, or None when the contract has no key or the arguments hold
+    nothing there (then the operation blocks no resource)."""
+    pointer = contract.get("concurrency_key")
+    if not pointer:
+        return None
+    value = resolve_pointer(frozen, pointer)
+    if is_missing(value):
+        return None
+    return hashlib.sha256(canonical_json(value)).hexdigest()

@@ -34,7 +34,7 @@ from .core import (
     raise_after_commit,
     record,
 )
-from .registration import concurrency_value
+from .registration import operation_build, registered_event_data
 from .rows import insert_unless_conflict
 
 
@@ -299,24 +299,21 @@ def _approve_edited(
     The original ends ``superseded`` pointing at it. One transaction, each step audited.
     """
     actor = Actor.of_user(user)
-    contract = op.tool_version.contract
-    successor = Operation(
+    successor = operation_build(
         runner=op.runner,
         run=op.run,
         tool=op.tool,
-        tool_version=op.tool_version,
-        effect_class=op.effect_class,
-        call_id=op.call_id,
+        version=op.tool_version,
         operation_key=_successor_key(op),
-        arguments=edited,
-        intent_hash=intent_hash(tool=op.tool_id, arguments=edited, principal=op.principal),
+        frozen=edited,
+        digest=intent_hash(tool=op.tool_id, arguments=edited, principal=op.principal),
         principal=op.principal,
         principal_user_id=op.principal_user_id,
         status=Status.AWAITING_APPROVAL,
         deadline_at=op.deadline_at,
-        concurrency_value=concurrency_value(contract, edited),
+        now=now,
+        call_id=op.call_id,
         turn=op.turn,
-        status_changed_at=now,
         previous=op,
         edits=changes,
         traceparent=op.traceparent,
@@ -331,17 +328,7 @@ def _approve_edited(
         actor=actor,
         operation=successor,
         to_status=successor.status,
-        data={
-            "tool": op.tool_id,
-            "tool_version": op.tool_version.number,
-            "operation_key": successor.operation_key,
-            "call_id": op.call_id,
-            "intent_hash": successor.intent_hash,
-            "turn": op.turn,
-            "edited_from": op.id,
-            "edits": changes,
-            "deadline_at": successor.deadline_at,
-        },
+        data=registered_event_data(successor),
         now=now,
     )
     new_request = approval_request_open(

@@ -1,6 +1,6 @@
 """Registering an intended side effect as an operation (api.md, Operations)."""
 
-import hashlib
+import copy
 import json
 import re
 from dataclasses import dataclass
@@ -12,10 +12,10 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from approvals.policy import evaluate as evaluate_policy
-from approvals.policy import is_missing, resolve_pointer
 
 from .. import access, errors
-from ..canonical import canonical_json, intent_hash
+from ..canonical import intent_hash
+from ..contracts import concurrency_value
 from ..contracts.arguments import freeze_arguments, validate_arguments
 from ..machine import Status
 from ..models import (
@@ -85,14 +85,75 @@ def _replay(existing: Operation, *, tool_name: str, arguments: Any, principal: s
     return existing
 
 
-def concurrency_value(contract: dict[str, Any], frozen: Any) -> str | None:
-    pointer = contract.get("concurrency_key")
-    if not pointer:
-        return None
-    value = resolve_pointer(frozen, pointer)
-    if is_missing(value):
-        return None
-    return hashlib.sha256(canonical_json(value)).hexdigest()
+def operation_build(
+    *,
+    runner: Runner,
+    run: Run,
+    tool: Tool,
+    version: ToolVersion,
+    operation_key: str,
+    frozen: Any,
+    digest: str,
+    principal: str,
+    principal_user_id: int | None,
+    status: Status,
+    deadline_at: datetime | None,
+    now: datetime,
+    call_id: str = "",
+    turn: int | None = None,
+    previous: Operation | None = None,
+    edits: list[dict[str, Any]] | None = None,
+    traceparent: str = "",
+) -> Operation:
+    """A new operation, not yet written: what a registration and a person's edited copy
+    (``decisions._approve_edited``) both insert. Its effect class and concurrency value
+    follow from its contract version and frozen arguments; a ``traceparent`` that is not
+    W3C trace context is dropped, whoever sent it."""
+    contract = version.contract
+    return Operation(
+        runner=runner,
+        run=run,
+        tool=tool,
+        tool_version=version,
+        effect_class=contract["effect_class"],
+        call_id=call_id,
+        operation_key=operation_key,
+        arguments=frozen,
+        intent_hash=digest,
+        principal=principal,
+        principal_user_id=principal_user_id,
+        status=status,
+        deadline_at=deadline_at,
+        concurrency_value=concurrency_value(contract, frozen),
+        turn=turn,
+        status_changed_at=now,
+        previous=previous,
+        edits=edits,
+        traceparent=traceparent if TRACEPARENT.fullmatch(traceparent) else "",
+    )
+
+
+def registered_event_data(op: Operation) -> dict[str, Any]:
+    """The data of an operation's ``registered`` event, the first of its stream, which
+    ``audit verify`` compares with the row: what it is (tool, version, key, intent), its
+    deadline, and where it came from: the compensated operation it retries
+    (``retry_of``), or for a person's edited copy the original and the changes
+    (``edited_from``, ``edits``)."""
+    origin: dict[str, Any] = (
+        {"retry_of": op.previous_id}
+        if op.edits is None
+        else {"edited_from": op.previous_id, "edits": op.edits}
+    )
+    return {
+        "tool": op.tool_id,
+        "tool_version": op.tool_version.number,
+        "operation_key": op.operation_key,
+        "call_id": op.call_id,
+        "intent_hash": op.intent_hash,
+        "turn": op.turn,
+        **origin,
+        "deadline_at": op.deadline_at,
+    }
 
 
 def _retry_target(*, runner: Runner, tool: Tool, operation_id: str) -> Operation:
@@ -294,38 +355,25 @@ def operation_register(
     actor = Actor.of_runner(runner)
     with transaction.atomic(durable=True):
         now = timezone.now()
-        contract = intent.version.contract
-        deadline_s = contract["retry"]["deadline_s"]
-        op = Operation(
+        deadline_s = intent.version.contract["retry"]["deadline_s"]
+        op = operation_build(
             runner=runner,
             run=run,
             tool=intent.tool,
-            tool_version=intent.version,
-            effect_class=contract["effect_class"],
-            call_id=call_id,
+            version=intent.version,
             operation_key=operation_key,
-            arguments=intent.frozen,
-            intent_hash=intent.digest,
+            frozen=intent.frozen,
+            digest=intent.digest,
             principal=run.principal,
             principal_user_id=run.principal_user_id,
             status=Status.AWAITING_APPROVAL if intent.policy.required else Status.READY,
             deadline_at=now + timedelta(seconds=deadline_s) if deadline_s else None,
-            concurrency_value=concurrency_value(contract, intent.frozen),
+            now=now,
+            call_id=call_id,
             turn=turn,
-            status_changed_at=now,
             previous=intent.previous,
-            traceparent=traceparent if TRACEPARENT.fullmatch(traceparent) else "",
+            traceparent=traceparent,
         )
-        data = {
-            "tool": intent.tool.name,
-            "tool_version": intent.version.number,
-            "operation_key": operation_key,
-            "call_id": call_id,
-            "intent_hash": intent.digest,
-            "turn": turn,
-            "retry_of": intent.previous.id if intent.previous else None,
-            "deadline_at": op.deadline_at,
-        }
         lean = (
             not intent.policy.required
             and intent.previous is None
@@ -335,19 +383,14 @@ def operation_register(
                 claim_lease_s is not None and subscribes(runner, f"operation.{Status.EXECUTING}")
             )
         )
-        if lean:
-            registration = _register_lean(
-                op, actor=actor, data=data, claim_lease_s=claim_lease_s, now=now
-            )
-            if registration is None:  # the concurrency key's index refused it executing
-                op.status, op.attempts, op.lease_until = Status.READY, 0, None
-                op.event_seq, op.event_head = 0, ""
-                registration = _register_full(
-                    op, intent=intent, actor=actor, data=data, claim_lease_s=claim_lease_s, now=now
-                )
-        else:
+        registration = (
+            _register_lean(op, actor=actor, claim_lease_s=claim_lease_s, now=now) if lean else None
+        )
+        if registration is None:
+            # Not lean, or the concurrency key's index refused the lean path's executing
+            # copy: ``op`` itself was never changed, and registers ready here.
             registration = _register_full(
-                op, intent=intent, actor=actor, data=data, claim_lease_s=claim_lease_s, now=now
+                op, intent=intent, actor=actor, claim_lease_s=claim_lease_s, now=now
             )
         if not registration.created:
             return _replayed(
@@ -392,17 +435,18 @@ def _register_lean(
     op: Operation,
     *,
     actor: Actor,
-    data: dict[str, Any],
     claim_lease_s: int | None,
     now: datetime,
 ) -> Registration | None:
     """Insert the operation as it ends the request (``executing`` when claimed), then
     its attempt and its events (one multi-row INSERT); no row is read back.
 
-    None when the concurrency key's partial unique index refused the operation as
-    ``executing`` (another operation on the same resource holds it): the caller
-    registers it ``ready`` on the general path, whose claim answers the conflict.
+    It works on a copy of ``op``: None when the concurrency key's partial unique index
+    refused the copy as ``executing`` (another operation on the same resource holds
+    it), and ``op``, untouched, is registered ``ready`` on the general path, whose claim
+    answers the conflict.
     """
+    op = copy.copy(op)
     registered = event_build(
         stream=op.id,
         seq=1,
@@ -411,7 +455,7 @@ def _register_lean(
         actor=actor,
         operation=op,
         to_status=Status.READY,
-        data=data,
+        data=registered_event_data(op),
         now=now,
     )
     events = [registered]
@@ -451,7 +495,6 @@ def _register_full(
     *,
     intent: _Intent,
     actor: Actor,
-    data: dict[str, Any],
     claim_lease_s: int | None,
     now: datetime,
 ) -> Registration:
@@ -469,7 +512,7 @@ def _register_full(
         actor=actor,
         operation=op,
         to_status=op.status,
-        data=data,
+        data=registered_event_data(op),
         now=now,
     )
     policy = intent.policy

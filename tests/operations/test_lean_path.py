@@ -19,6 +19,7 @@ from django.test.utils import CaptureQueriesContext
 
 from operations import payloads, services
 from operations.audit.chains import chains_verify
+from operations.audit.state import state_verify
 from operations.http.serializers import AttemptOut, OperationOut
 from operations.http.throttling import WindowRateThrottle
 from operations.models import (
@@ -31,7 +32,7 @@ from operations.models import (
     RunnerToken,
     WebhookEndpoint,
 )
-from tests.conftest import make_runner
+from tests.conftest import contract, make_runner
 
 POSTGRES = settings.DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql"
 
@@ -113,6 +114,41 @@ def test_a_replay_takes_no_budget_and_claims_nothing(api):
     assert again.json()["id"] == first["id"]
     assert "attempt" not in again.json()
     assert Run.objects.get(pk=run).tool_calls == 1
+
+
+def test_an_inline_claim_the_concurrency_key_refuses_leaves_the_operation_ready_and_clean(api):
+    """The lean path inserts the operation already executing; when the concurrency key's
+    index refuses that row, the operation is registered ready on the general path as if
+    the lean attempt had never been made: no attempt, no lease, one event."""
+    api.tool(
+        "refund",
+        contract("irreversible", approval={"mode": "never"}, concurrency_key="/payment_id"),
+    )
+    run = api.run()
+    holder = api.register(
+        run, "refund", {"payment_id": "pay_1", "amount_cents": 1}, claim={"lease_s": 30}
+    )
+    assert holder["status"] == "executing"
+
+    blocked = api.register(
+        run, "refund", {"payment_id": "pay_1", "amount_cents": 2}, claim={"lease_s": 30}
+    )
+    assert blocked["status"] == "ready"
+    assert (blocked["attempts"], blocked["lease_until"], blocked["attempt"]) == (0, None, None)
+    assert blocked["claim_error"]["code"] == "concurrency_conflict"
+    assert _without(blocked, "attempt", "claim_error") == api.operation(blocked["id"])
+
+    stored = Operation.objects.get(pk=blocked["id"])
+    assert (stored.status, stored.attempts, stored.lease_until) == ("ready", 0, None)
+    events = list(Event.objects.filter(stream=blocked["id"]).order_by("seq"))
+    assert [(event.seq, event.kind, event.to_status) for event in events] == [
+        (1, "registered", "ready")
+    ]
+    assert (stored.event_seq, stored.event_head) == (1, events[0].hash)
+    assert not Attempt.objects.filter(operation_id=blocked["id"]).exists()
+    assert Run.objects.get(pk=run).tool_calls == 2
+    assert chains_verify().ok
+    assert list(state_verify()) == []
 
 
 def test_webhook_patterns_follow_the_endpoints_and_subscribers_get_every_message(api, settings):

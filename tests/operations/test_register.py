@@ -4,8 +4,11 @@ import copy
 
 from django.test import override_settings
 
+from operations import services
+from operations.audit.state import state_verify
 from operations.canonical import intent_hash
 from operations.models import Event, Operation
+from tests.approvals.conftest import person
 from tests.conftest import REFUND_SCHEMA, contract
 
 
@@ -105,3 +108,91 @@ def test_validation_messages_never_echo_a_sensitive_value(api):
     )
     assert "secret-41" not in str(refusal)
     assert refusal["errors"][0]["path"] == "/arguments/card"
+
+
+def _registered(op_id: str) -> dict:
+    return Event.objects.get(stream=op_id, seq=1, kind="registered").data
+
+
+def _iso(value) -> str:
+    return value.isoformat().replace("+00:00", "Z")
+
+
+def test_every_way_in_records_the_same_registered_event(api):
+    """A registration on the lean path, one on the general path, a retry of a compensated
+    operation and a person's edited copy all open their stream with the same fields:
+    what the operation is, its deadline, and where it came from."""
+    retry = {"max_attempts": 3, "retryable_codes": [], "base_delay_ms": 0, "max_delay_ms": 0}
+    api.tool("lean", contract(retry={**retry, "deadline_s": 600}))
+    api.tool(
+        "asks",
+        contract(
+            "irreversible",
+            approval={"mode": "always", "editable": ["/amount_cents"]},
+            retry={**retry, "deadline_s": 600},
+        ),
+    )
+    api.tool("undoable", contract("compensable", retry=retry))
+    run = api.run()
+
+    lean = api.register(run, "lean", call_id="call_1", turn=2, claim={"lease_s": 30})
+    asks = api.register(run, "asks", call_id="call_2", turn=3)
+    assert (lean["status"], asks["status"]) == ("executing", "awaiting_approval")
+    for body, tool, call_id, turn in ((lean, "lean", "call_1", 2), (asks, "asks", "call_2", 3)):
+        stored = Operation.objects.get(pk=body["id"])
+        assert _registered(body["id"]) == {
+            "tool": tool,
+            "tool_version": 1,
+            "operation_key": body["operation_key"],
+            "call_id": call_id,
+            "intent_hash": body["intent_hash"],
+            "turn": turn,
+            "retry_of": None,
+            "deadline_at": _iso(stored.deadline_at),
+        }
+
+    compensated = api.register(run, "undoable", claim={"lease_s": 30})
+    api.outcome(compensated["id"], 1, {"kind": "unknown", "code": "timeout_unknown"})
+    response = api.post(
+        f"/api/v1/operations/{compensated['id']}/compensations", {"result": "committed"}
+    )
+    assert response.json()["status"] == "compensated"
+    retried = api.register(run, "undoable", retry_of=compensated["id"])
+    assert _registered(retried["id"]) == {
+        "tool": "undoable",
+        "tool_version": 1,
+        "operation_key": retried["operation_key"],
+        "call_id": "",
+        "intent_hash": retried["intent_hash"],
+        "turn": None,
+        "retry_of": compensated["id"],
+        "deadline_at": None,
+    }
+
+    approver = person(decide_on="asks")
+    successor = services.approval_decide(
+        request_id=asks["approval"]["id"],
+        user=approver,
+        approve=True,
+        comment="",
+        edits={"/amount_cents": 400},
+    )
+    changes = [{"path": "/amount_cents", "from": 500, "to": 400}]
+    assert _registered(successor.id) == {
+        "tool": "asks",
+        "tool_version": 1,
+        "operation_key": f"{asks['operation_key']}~edit-1",
+        "call_id": "call_2",
+        "intent_hash": successor.intent_hash,
+        "turn": 3,
+        "edited_from": asks["id"],
+        "edits": changes,
+        "deadline_at": _iso(Operation.objects.get(pk=asks["id"]).deadline_at),
+    }
+    stored = Operation.objects.get(pk=successor.id)
+    assert (stored.previous_id, stored.edits, stored.effect_class) == (
+        asks["id"],
+        changes,
+        "irreversible",
+    )
+    assert list(state_verify()) == []
