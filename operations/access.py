@@ -14,7 +14,7 @@ exempts them from separation of duties.
 import hmac
 import ipaddress
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -145,15 +145,26 @@ def _identity(username: str) -> str:
     return unicodedata.normalize("NFKC", username).casefold()
 
 
+def barred_at_open(op: Operation, *, also: Iterable[int | None] = ()) -> list[int]:
+    """Who may not decide on an approval request opened now for ``op`` (separation of
+    duties), sorted, as the request records them in its context's ``barred_user_ids``
+    (and its opening event in its terms): the person its principal named at
+    registration, its runner's owner, and ``also``: whoever declared the "did not
+    happen" that led to the request, or whom the request it replaces barred."""
+    barred = {op.principal_user_id, op.runner.owner_id, *also}
+    return sorted(pk for pk in barred if pk is not None)
+
+
 def barred_user_ids(*, request: ApprovalRequest, op: Operation) -> set[int]:
-    """Who may not decide on ``request`` (separation of duties), judged now: the
-    people the principal names, the runner's owner, and anyone the request itself
-    bars (whoever declared the "did not happen" that led to it)."""
-    barred = set(request.context.get("barred_user_ids", []))
-    barred |= principal_user_ids(op.principal)
-    if op.runner.owner_id is not None:
-        barred.add(op.runner.owner_id)
-    return barred
+    """Who may not decide on ``request``, judged now: everyone it recorded when it
+    opened, everyone opening it now would bar (``barred_at_open``: the runner may have
+    changed hands since), and the people the principal names now (someone created or
+    renamed since the registration)."""
+    return {
+        *request.context.get("barred_user_ids", []),
+        *barred_at_open(op),
+        *principal_user_ids(op.principal),
+    }
 
 
 def decide_refusal(

@@ -31,7 +31,7 @@ from approvals import selectors as approval_selectors
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest
 
-from .. import errors, machine, payloads, telemetry
+from .. import access, errors, machine, payloads, telemetry
 from ..canonical import sha256_hex
 from ..machine import Status
 from ..models import Attempt, Event, Operation, OutboxMessage, Runner, WebhookEndpoint
@@ -426,8 +426,7 @@ def approval_request_open(
     now: datetime,
 ) -> ApprovalRequest:
     approval = op.tool_version.contract["approval"]
-    barred = {op.principal_user_id, op.runner.owner_id, *context.pop("barred_user_ids", [])}
-    context["barred_user_ids"] = sorted(pk for pk in barred if pk is not None)
+    context["barred_user_ids"] = access.barred_at_open(op, also=context.pop("barred_user_ids", []))
     request = approval_services.request_open(
         operation=op,
         intent_hash=op.intent_hash,

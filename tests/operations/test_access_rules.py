@@ -9,7 +9,7 @@ from guardian.shortcuts import assign_perm
 from approvals.errors import PermissionRefused
 from approvals.models import ApprovalRequest
 from operations import access, services
-from operations.models import Tool, ToolVersion
+from operations.models import Event, Tool, ToolVersion
 from tests.approvals.conftest import person
 from tests.conftest import contract, make_runner
 
@@ -140,3 +140,38 @@ def test_the_registering_owner_stays_barred_after_the_runner_changes_hands(db):
     api.runner.save(update_fields=["owner"])
     version.refresh_from_db()
     assert "You own the runner" in access.activate_refusal(owner, version)
+
+
+def test_who_is_barred_is_recorded_at_opening_and_judged_again_at_each_decision(db):
+    """One rule, ``access.barred_at_open``: the request records whom it bars when it
+    opens, and each decision bars them again from the operation itself, so a person the
+    principal named at registration stays barred after a rename even where the
+    request's own list no longer names them (a row an older release wrote, or one
+    changed in SQL)."""
+    owner, pat, declarer = person(), person(username="pat"), person()
+    api = make_runner(owner=owner)
+    api.tool("t", contract("irreversible", approval={"mode": "always"}))
+    tool = Tool.objects.get(pk="t")
+    op_id = api.register(api.run(principal="user:pat"), "t")["id"]
+    request = ApprovalRequest.objects.get(operation_id=op_id)
+    op = request.operation
+    assert request.context["barred_user_ids"] == sorted([owner.pk, pat.pk])
+    assert access.barred_at_open(op) == sorted([owner.pk, pat.pk])
+    assert access.barred_at_open(op, also=[declarer.pk, None]) == sorted(
+        [owner.pk, pat.pk, declarer.pk]
+    )
+    opened = Event.objects.get(stream=op_id, kind="approval_requested")
+    assert opened.data["terms"]["barred_user_ids"] == request.context["barred_user_ids"]
+
+    pat.username = "patricia"
+    pat.save(update_fields=["username"])
+    assign_perm(access.DECIDE, pat, tool)
+    ApprovalRequest.objects.filter(pk=request.pk).update(context={"barred_user_ids": []})
+    request.refresh_from_db()
+    refusal = access.decide_refusal(user=pat, request=request, op=op)
+    assert refusal is not None
+    assert "principal" in refusal
+    with pytest.raises(PermissionRefused):
+        services.approval_decide(request_id=request.pk, user=pat, approve=True, comment="")
+    assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
+    assert not request.decisions.exists()
