@@ -21,8 +21,3 @@ def new_id(prefix: str) -> str:
         chars.append(_ALPHABET[value & 31])
         value >>= 5
     return f"{prefix}_{''.join(reversed(chars))}"
-
-
-def new_idempotency_key() -> str:
-    """A key runners pass to downstream APIs: 192 bits from the OS CSPRNG, URL-safe."""
-    return f"ik_{secrets.token_urlsafe(24)}"

@@ -4,13 +4,14 @@ Rows here are written only by ``operations.services``. The status columns use th
 values of ``operations.machine``; the allowed moves between them live there too.
 """
 
+import secrets
 from functools import partial
 
 from django.conf import settings
 from django.db import models
 from django.db.models import JSONField, Q, Value
 
-from approvals.ids import new_id, new_idempotency_key
+from approvals.ids import new_id
 
 from .machine import BLOCKING, EffectClass, Status
 
@@ -19,6 +20,13 @@ def _id_field(prefix: str) -> models.CharField:
     return models.CharField(
         primary_key=True, max_length=40, default=partial(new_id, prefix), editable=False
     )
+
+
+def new_idempotency_key() -> str:
+    """The key a runner passes to downstream APIs on every attempt of one operation
+    (``Operation.idempotency_key``): 192 bits from the OS CSPRNG, URL-safe. Only
+    operations have one; the ids both apps mint are ``approvals.ids.new_id``'s."""
+    return f"ik_{secrets.token_urlsafe(24)}"
 
 
 class Runner(models.Model):

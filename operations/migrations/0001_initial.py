@@ -3,6 +3,7 @@
 import approvals.ids
 import django.db.models.deletion
 import functools
+import operations.models
 from django.conf import settings
 from django.db import migrations, models
 
@@ -56,7 +57,7 @@ class Migration(migrations.Migration):
                 ('arguments', models.JSONField(help_text='Frozen: validated, sensitive values digested.')),
                 ('intent_hash', models.CharField(max_length=64)),
                 ('principal', models.CharField(max_length=255)),
-                ('idempotency_key', models.CharField(default=approvals.ids.new_idempotency_key, max_length=64, unique=True)),
+                ('idempotency_key', models.CharField(default=operations.models.new_idempotency_key, max_length=64, unique=True)),
                 ('status', models.CharField(choices=[('awaiting_approval', 'awaiting_approval'), ('ready', 'ready'), ('executing', 'executing'), ('outcome_unknown', 'outcome_unknown'), ('compensating', 'compensating'), ('succeeded', 'succeeded'), ('rejected', 'rejected'), ('failed_permanent', 'failed_permanent'), ('budget_exhausted', 'budget_exhausted'), ('compensated', 'compensated'), ('cancelled', 'cancelled')], max_length=20)),
                 ('attempts', models.PositiveIntegerField(default=0, help_text='Attempts claimed so far.')),
                 ('not_before', models.DateTimeField(blank=True, null=True)),

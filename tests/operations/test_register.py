@@ -1,10 +1,11 @@
 """Registration: identity by operation_key, frozen arguments, sensitive fields."""
 
 import copy
+import re
 
 from django.test import override_settings
 
-from operations import services
+from operations import models, services
 from operations.audit.state import state_verify
 from operations.canonical import intent_hash
 from operations.models import Event, Operation
@@ -196,3 +197,17 @@ def test_every_way_in_records_the_same_registered_event(api):
         "irreversible",
     )
     assert list(state_verify()) == []
+
+
+def test_each_operation_gets_its_own_unguessable_idempotency_key(api):
+    """Minted by operations (``models.new_idempotency_key``): 192 bits of the OS CSPRNG
+    in URL-safe base64 behind ``ik_``, stored once and the same on every read."""
+    api.tool("t")
+    run = api.run()
+    bodies = [api.register(run, "t") for _ in range(3)]
+    keys = [body["idempotency_key"] for body in bodies]
+    assert all(re.fullmatch(r"ik_[A-Za-z0-9_-]{32}", key) for key in keys)
+    assert len(set(keys)) == 3
+    stored = dict(Operation.objects.values_list("pk", "idempotency_key"))
+    assert stored == {body["id"]: body["idempotency_key"] for body in bodies}
+    assert models.new_idempotency_key() not in stored.values()
