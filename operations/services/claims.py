@@ -174,8 +174,8 @@ def claim_locked(
                 actor=actor,
                 now=now,
                 data={"attempt": number, "lease_until": lease_until},
+                lease=attempt,
                 attempts=number,
-                lease_until=lease_until,
                 not_before=None,
             )
     except IntegrityError:

@@ -263,18 +263,27 @@ def transition(
     actor: Actor,
     now: datetime,
     data: dict[str, Any] | None = None,
+    lease: Attempt | None = None,
     **changes: Any,
 ) -> Event:
-    """Move a locked operation to ``to``, saving ``changes`` and the event together."""
+    """Move a locked operation to ``to``, saving ``changes`` and the event together.
+
+    Entering ``executing`` takes the attempt that holds the lease (``lease``). The lease
+    is the attempt's (kept on its row after it closes, as its history); the operation
+    holds a copy only while it executes, so that the sweep finds due leases through one
+    index and a claim or an operation body reads the lease from the operation's row.
+    Here the copy is taken from the attempt, and dropped on leaving ``executing``.
+    """
     source = op.status
     if not machine.can_transition(source, to):
         raise errors.InvalidTransition(f"{source} -> {to} is not an allowed transition.")
+    if (to == Status.EXECUTING) != (lease is not None):
+        raise ValueError("An attempt's lease is held exactly while executing.")
     op.status = to
     op.status_changed_at = now
     for name, value in changes.items():
         setattr(op, name, value)
-    if to != Status.EXECUTING:
-        op.lease_until = None
+    op.lease_until = lease.lease_until if lease is not None else None
     event = event_append(
         stream=op.id,
         kind=kind,

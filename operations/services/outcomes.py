@@ -374,6 +374,7 @@ def attempt_heartbeat(
         attempt.last_heartbeat_at = now
         attempt.heartbeats += 1
         attempt.save(update_fields=["lease_until", "last_heartbeat_at", "heartbeats"])
+        # The operation's copy of the lease moves with it (``core.transition``).
         op.lease_until = attempt.lease_until
         op.save(update_fields=["lease_until", "updated_at"])
         # The first heartbeat, then one in every HEARTBEAT_EVENT_EVERY: the lease is on

@@ -462,8 +462,9 @@ def _register_lean(
     attempt = None
     if claim_lease_s is not None:
         lease_until = now + timedelta(seconds=claim_lease_s)
-        op.status, op.attempts, op.lease_until = Status.EXECUTING, 1, lease_until
         attempt = Attempt(operation=op, number=1, claimed_at=now, lease_until=lease_until)
+        # As ``transition`` does: the operation holds its executing attempt's lease.
+        op.status, op.attempts, op.lease_until = Status.EXECUTING, 1, attempt.lease_until
         events.append(
             event_build(
                 stream=op.id,

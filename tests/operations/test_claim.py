@@ -2,9 +2,12 @@
 
 from datetime import timedelta
 
+import pytest
 import time_machine
+from django.db import transaction
 from django.utils import timezone
 
+from operations import services
 from operations.models import Attempt, Event, Operation
 from tests.conftest import contract
 
@@ -180,3 +183,76 @@ def test_restricted_runner_without_invoke_permission_is_forbidden(api):
     assert refusal["code"] == "tool_forbidden"
     assert Operation.objects.get(pk=op["id"]).status == "ready"
     assert api.register(run, "t", expect=403)["code"] == "tool_forbidden"
+
+
+def _leases(op_id: str) -> tuple:
+    """The operation's lease, and every attempt's by number."""
+    op = Operation.objects.get(pk=op_id)
+    attempts = dict(Attempt.objects.filter(operation_id=op_id).values_list("number", "lease_until"))
+    return op.status, op.lease_until, attempts
+
+
+def test_the_operation_holds_a_copy_of_its_executing_attempts_lease_and_only_then(api):
+    """The lease is the attempt's, kept after it closes; the operation's is the same
+    value while it executes (claimed inline or not, extended by heartbeats) and none
+    otherwise."""
+    api.tool("t", contract("idempotent"))
+    op = api.register(api.run(), "t", claim={"lease_s": 30})
+    status, lease, attempts = _leases(op["id"])
+    assert (status, lease) == ("executing", attempts[1])
+    assert op["lease_until"] == op["attempt"]["lease_until"]
+
+    url = f"/api/v1/operations/{op['id']}/attempts/1/heartbeat"
+    assert api.post(url, {"lease_s": 60}).status_code == 200
+    status, lease, extended = _leases(op["id"])
+    assert (status, lease) == ("executing", extended[1])
+    assert extended[1] > attempts[1]
+
+    api.outcome(op["id"], 1, {"kind": "failed", "code": "rate_limited"})
+    status, lease, closed = _leases(op["id"])
+    assert (status, lease, closed) == ("ready", None, extended)
+
+    second = api.claim(op["id"], lease_s=10)
+    status, lease, attempts = _leases(op["id"])
+    assert (status, lease) == ("executing", attempts[2])
+    assert api.operation(op["id"])["lease_until"] == second["lease_until"]
+
+    with time_machine.travel(timezone.now() + timedelta(seconds=11), tick=False):
+        assert services.sweep().leases_expired == 1
+    status, lease, expired = _leases(op["id"])
+    assert (status, lease, expired) == ("ready", None, attempts)
+    assert api.operation(op["id"])["lease_until"] is None
+
+
+def test_an_operation_enters_executing_only_with_the_attempt_whose_lease_it_holds(api):
+    """Without the attempt an executing operation would have no lease, and the sweep,
+    which finds due leases on the operation, would never expire it."""
+    api.tool("t")
+    op = api.register(api.run(), "t")
+    actor = services.Actor.system("test")
+    with transaction.atomic():
+        locked = services.core.lock(op["id"])
+        with pytest.raises(ValueError, match="held exactly while executing"):
+            services.core.transition(
+                locked, to="executing", kind="claimed", actor=actor, now=timezone.now()
+            )
+    stored = Operation.objects.get(pk=op["id"])
+    assert (stored.status, stored.attempts, stored.lease_until) == ("ready", 0, None)
+    assert list(Event.objects.filter(stream=op["id"]).values_list("kind", flat=True)) == [
+        "registered"
+    ]
+    # A lease is never given to an operation that leaves executing either.
+    attempt = Attempt(operation_id=op["id"], number=1, claimed_at=timezone.now())
+    attempt.lease_until = timezone.now() + timedelta(seconds=30)
+    with transaction.atomic():
+        locked = services.core.lock(op["id"])
+        with pytest.raises(ValueError, match="held exactly while executing"):
+            services.core.transition(
+                locked,
+                to="cancelled",
+                kind="cancelled",
+                actor=actor,
+                now=timezone.now(),
+                lease=attempt,
+            )
+    assert Operation.objects.get(pk=op["id"]).status == "ready"
