@@ -15,7 +15,7 @@ from rest_framework import serializers
 from approvals.models import ApprovalRequest
 
 from .. import payloads
-from ..machine import OUTCOME_CODE_PATTERN, Status, allowed_next_actions
+from ..machine import OUTCOME_CODE_PATTERN, EffectClass, Status, allowed_next_actions
 from ..models import Attempt, Event, Operation, Run, ToolVersion
 
 # The JSON type each kind of field takes. DRF would otherwise coerce ("5" for an
@@ -198,12 +198,12 @@ class WebhookEndpointCreatedOut(WebhookEndpointOut):
 
 # --- responses --------------------------------------------------------------------------
 #
-# The operation, approval, grant and attempt bodies are built once, by ``payloads`` (the
-# webhooks send the same ones). The serializers below only describe them for the OpenAPI
-# document: their ``to_representation`` is the payload function, so their fields have no
-# source and no getter. ``read_only`` marks the fields the document has always shown as
-# read-only. tests/operations/test_bodies.py keeps each description's keys equal to the
-# keys of what is sent.
+# The operation, approval, grant, attempt and tool version bodies are built once, by
+# ``payloads`` (the webhooks send the same ones). Their serializers below only describe
+# them for the OpenAPI document: their ``to_representation`` is the payload function, so
+# their fields have no source and no getter. ``read_only`` marks the fields the document
+# has always shown as read-only. tests/operations/test_bodies.py keeps the keys of each
+# description equal to the keys of what is sent.
 
 
 class DecisionOut(serializers.Serializer):
@@ -325,9 +325,21 @@ class AttemptOut(serializers.Serializer):
         return payloads.attempt(attempt)
 
 
-# The answer to a registration: the view adds ``attempt`` to the operation body.
+class ClaimErrorOut(serializers.Serializer):
+    """Why the claim asked for with a registration was refused: the refusal's problem
+    ``code`` and ``detail``, and its other members."""
+
+    code = serializers.CharField()
+    detail = serializers.CharField()
+    retry_after_ms = serializers.IntegerField(required=False)
+    breaker = serializers.ChoiceField(choices=["open", "half_open"], required=False)
+
+
+# The answer to a registration: the view adds ``attempt`` (and ``claim_error``) to the
+# operation body when the registration asked for a claim.
 class OperationCreatedOut(OperationOut):
     attempt = AttemptOut(required=False, allow_null=True)
+    claim_error = ClaimErrorOut(required=False)
 
 
 class HeartbeatOut(serializers.Serializer):
@@ -386,25 +398,29 @@ class OutcomeAnswerOut(OperationOut):
 class ToolOut(serializers.Serializer):
     """A contract version, with the tool's name and which version is active."""
 
-    name = serializers.CharField(source="tool_id")
-    owner = serializers.CharField(source="tool.owner.name", allow_null=True)
-    version = serializers.IntegerField(source="number")
-    active_version = serializers.SerializerMethodField()
-    active = serializers.SerializerMethodField()
+    # The stored contract (``contracts.normalize_contract``) sits at the top level, as
+    # the runner PUT it with every default filled in; its blocks are described field by
+    # field in the request body of ``PUT /tools/{name}``.
+    effect_class = serializers.ChoiceField(choices=[kind.value for kind in EffectClass])
+    input_schema = JSONObject()
+    retry = JSONObject()
+    approval = JSONObject()
+    reconcile = JSONObject()
+    concurrency_key = serializers.CharField(allow_null=True)
+    inbound = JSONObject(allow_null=True)
+    breaker = JSONObject(allow_null=True)
+    description = serializers.CharField(required=False)
+    display = JSONObject(required=False)
+    name = serializers.CharField()
+    owner = serializers.CharField(allow_null=True)
+    version = serializers.IntegerField()
+    active_version = serializers.IntegerField(allow_null=True, read_only=True)
+    active = serializers.BooleanField(read_only=True)
     weakens = serializers.ListField(child=serializers.CharField())
     created_at = serializers.DateTimeField()
 
-    def get_active_version(self, version: ToolVersion) -> int | None:
-        active = version.tool.active_version
-        return active.number if active is not None else None
-
-    def get_active(self, version: ToolVersion) -> bool:
-        return version.tool.active_version_id == version.pk
-
     def to_representation(self, version: ToolVersion) -> dict[str, Any]:
-        body = super().to_representation(version)
-        # The contract's own fields sit at the top level, as the runner PUT them.
-        return {**version.contract, **body}
+        return payloads.tool_version(version)
 
 
 class ToolPageOut(serializers.Serializer):
