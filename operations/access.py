@@ -237,12 +237,6 @@ def activate_refusal(user: Any, version: ToolVersion) -> str | None:
     return None
 
 
-def may_activate_tool(user: Any, tool: Tool) -> bool:
-    """Whether ``user`` may activate some version of ``tool`` (the tool page's column);
-    each version is still judged by ``activate_refusal``."""
-    return _holds(user, ACTIVATE, tool)
-
-
 TOOL_PERMISSION_LABELS = ((DECIDE, "decide"), (RECONCILE, "reconcile"), (ACTIVATE, "activate"))
 
 

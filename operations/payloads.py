@@ -1,9 +1,12 @@
-"""How an operation and its approval look from outside: plain dicts, no HTTP layer.
+"""How an operation, its approval and a tool's contract look from outside: plain dicts,
+no HTTP layer.
 
-The runner API (``serializers.OperationOut`` and ``ApprovalOut`` render through these
-functions) and the webhook outbox (``services.core.outbox_enqueue``) publish the same
-body, built once here, so the write layer never imports serializers. The serializers
-still declare the fields, for the OpenAPI document; a test keeps both key sets equal.
+The runner API (``serializers.OperationOut``, ``ApprovalOut``, ``AttemptOut`` and
+``ToolOut`` render through these functions) and the webhook outbox
+(``services.core.outbox_enqueue``) publish the same bodies, built once here, so the
+write layer never imports serializers. The serializers only describe the fields, for
+the OpenAPI document; tests/operations/test_bodies.py checks every answer and webhook
+against that document, key by key.
 """
 
 from datetime import UTC, datetime
@@ -15,7 +18,7 @@ from approvals.models import ApprovalRequest, Decision
 from approvals.selectors import request_latest
 
 from .machine import allowed_next_actions
-from .models import Attempt, Operation
+from .models import Attempt, Operation, ToolVersion
 
 
 def iso(value: datetime | None) -> str | None:
@@ -104,4 +107,21 @@ def operation(op: Operation) -> dict[str, Any]:
         ),
         "created_at": iso(op.created_at),
         "updated_at": iso(op.updated_at),
+    }
+
+
+def tool_version(version: ToolVersion) -> dict[str, Any]:
+    """A contract version: the stored contract's own fields at the top level, as the
+    runner PUT them with every default filled in, then the version's."""
+    tool = version.tool
+    active = tool.active_version
+    return {
+        **version.contract,
+        "name": version.tool_id,
+        "owner": tool.owner.name if tool.owner is not None else None,
+        "version": version.number,
+        "active_version": active.number if active is not None else None,
+        "active": tool.active_version_id == version.pk,
+        "weakens": list(version.weakens),
+        "created_at": iso(version.created_at),
     }

@@ -17,7 +17,6 @@ from django.db.models.functions import Cast
 from .models import Operation
 
 MIN_SUBSTRING = 3
-INDEX_NAME = "op_search_trgm"
 # The indexed expression: the query below must use it verbatim for the index to serve.
 HAYSTACK_SQL = (
     "UPPER(id || E'\\n' || operation_key || E'\\n' || call_id || E'\\n' || downstream_id "

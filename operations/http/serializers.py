@@ -13,10 +13,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from approvals.models import ApprovalRequest
-from approvals.selectors import request_latest
 
 from .. import payloads
-from ..machine import OUTCOME_CODE_PATTERN, Status, allowed_next_actions
+from ..machine import OUTCOME_CODE_PATTERN, EffectClass, Status, allowed_next_actions
 from ..models import Attempt, Event, Operation, Run, ToolVersion
 
 # The JSON type each kind of field takes. DRF would otherwise coerce ("5" for an
@@ -198,10 +197,17 @@ class WebhookEndpointCreatedOut(WebhookEndpointOut):
 
 
 # --- responses --------------------------------------------------------------------------
+#
+# The operation, approval, grant, attempt and tool version bodies are built once, by
+# ``payloads`` (the webhooks send the same ones). Their serializers below only describe
+# them for the OpenAPI document: their ``to_representation`` is the payload function, so
+# their fields have no source and no getter. ``read_only`` marks the fields the document
+# has always shown as read-only. tests/operations/test_bodies.py keeps the keys of each
+# description equal to the keys of what is sent.
 
 
 class DecisionOut(serializers.Serializer):
-    by = serializers.CharField(source="user.username")
+    by = serializers.CharField()
     decision = serializers.CharField()
     comment = serializers.CharField()
     at = serializers.DateTimeField()
@@ -212,12 +218,9 @@ class GrantOut(serializers.Serializer):
     intent_hash = serializers.CharField()
     expires_at = serializers.DateTimeField()
     revoked_at = serializers.DateTimeField(allow_null=True)
-    decided_by = serializers.SerializerMethodField()
+    decided_by = serializers.ListField(child=serializers.CharField(), read_only=True)
 
-    def get_decided_by(self, grant) -> list[str]:
-        return payloads.grant(grant)["decided_by"]
-
-    def to_representation(self, grant) -> dict[str, Any]:
+    def to_representation(self, grant: Any) -> dict[str, Any]:
         return payloads.grant(grant)
 
 
@@ -229,18 +232,14 @@ class ApprovalOut(serializers.Serializer):
     decisions = DecisionOut(many=True)
     created_at = serializers.DateTimeField()
     expires_at = serializers.DateTimeField()
-    grant = serializers.SerializerMethodField()
-
-    @extend_schema_field(GrantOut(allow_null=True))
-    def get_grant(self, request: ApprovalRequest) -> dict[str, Any] | None:
-        return payloads.approval(request)["grant"]
+    grant = GrantOut(allow_null=True, read_only=True)
 
     def to_representation(self, request: ApprovalRequest) -> dict[str, Any]:
         return payloads.approval(request)
 
 
 class ApprovalDetailOut(ApprovalOut):
-    operation = serializers.CharField(source="operation_id")
+    operation = serializers.CharField()
     intent_hash = serializers.CharField()
 
     def to_representation(self, request: ApprovalRequest) -> dict[str, Any]:
@@ -249,10 +248,6 @@ class ApprovalDetailOut(ApprovalOut):
             "operation": request.operation_id,
             "intent_hash": request.intent_hash,
         }
-
-
-def _blank_to_none(value: str) -> str | None:
-    return value or None
 
 
 class EditOut(serializers.Serializer):
@@ -267,11 +262,11 @@ class EditOut(serializers.Serializer):
 
 class OperationOut(serializers.Serializer):
     id = serializers.CharField()
-    run = serializers.CharField(source="run_id")
-    tool = serializers.CharField(source="tool_id")
-    tool_version = serializers.IntegerField(source="tool_version.number")
+    run = serializers.CharField()
+    tool = serializers.CharField()
+    tool_version = serializers.IntegerField()
     effect_class = serializers.CharField()
-    call_id = serializers.SerializerMethodField()
+    call_id = serializers.CharField(allow_null=True, read_only=True)
     operation_key = serializers.CharField()
     arguments = AnyJSON()
     intent_hash = serializers.CharField()
@@ -282,15 +277,14 @@ class OperationOut(serializers.Serializer):
     not_before = serializers.DateTimeField(allow_null=True)
     lease_until = serializers.DateTimeField(allow_null=True)
     deadline_at = serializers.DateTimeField(allow_null=True)
-    approval = serializers.SerializerMethodField()
+    approval = ApprovalOut(allow_null=True, read_only=True)
     result = AnyJSON(allow_null=True)
-    downstream_id = serializers.SerializerMethodField()
-    error_code = serializers.SerializerMethodField()
-    error_detail = serializers.SerializerMethodField()
+    downstream_id = serializers.CharField(allow_null=True, read_only=True)
+    error_code = serializers.CharField(allow_null=True, read_only=True)
+    error_detail = serializers.CharField(allow_null=True, read_only=True)
     next_probe_at = serializers.DateTimeField(allow_null=True)
-    previous_operation = serializers.CharField(source="previous_id", allow_null=True)
+    previous_operation = serializers.CharField(allow_null=True)
     superseded_by = serializers.CharField(
-        source="superseded_by_id",
         allow_null=True,
         help_text="Set when a person approved an edited copy: the operation to run instead.",
     )
@@ -299,55 +293,31 @@ class OperationOut(serializers.Serializer):
         allow_null=True,
         help_text="On an edited copy: what the approver changed (JSON pointers into arguments).",
     )
-    allowed_next_actions = serializers.SerializerMethodField()
+    allowed_next_actions = serializers.ListField(
+        child=serializers.ChoiceField(
+            choices=[
+                "claim_attempt",
+                "wait_for_approval",
+                "wait_until_not_before",
+                "post_outcome",
+                "heartbeat",
+                "reconcile",
+                "compensate",
+            ]
+        ),
+        read_only=True,
+    )
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
 
-    def get_call_id(self, op: Operation) -> str | None:
-        return _blank_to_none(op.call_id)
-
-    def get_downstream_id(self, op: Operation) -> str | None:
-        return _blank_to_none(op.downstream_id)
-
-    def get_error_code(self, op: Operation) -> str | None:
-        return _blank_to_none(op.error_code)
-
-    def get_error_detail(self, op: Operation) -> str | None:
-        return _blank_to_none(op.error_detail)
-
-    @extend_schema_field(ApprovalOut(allow_null=True))
-    def get_approval(self, op: Operation) -> dict[str, Any] | None:
-        request = request_latest(op)
-        return ApprovalOut(request).data if request is not None else None
-
-    @extend_schema_field(
-        serializers.ListField(
-            child=serializers.ChoiceField(
-                choices=[
-                    "claim_attempt",
-                    "wait_for_approval",
-                    "wait_until_not_before",
-                    "post_outcome",
-                    "heartbeat",
-                    "reconcile",
-                    "compensate",
-                ]
-            )
-        )
-    )
-    def get_allowed_next_actions(self, op: Operation) -> list[str]:
-        return payloads.operation(op)["allowed_next_actions"]
-
     def to_representation(self, op: Operation) -> dict[str, Any]:
-        # One body for the API and the webhooks (payloads.py); the fields above
-        # describe it in the OpenAPI document.
         return payloads.operation(op)
 
 
 class AttemptOut(serializers.Serializer):
-    attempt = serializers.IntegerField(source="number")
+    attempt = serializers.IntegerField()
     id = serializers.CharField()
-    idempotency_key = serializers.CharField(source="operation.idempotency_key")
+    idempotency_key = serializers.CharField()
     lease_until = serializers.DateTimeField()
     status = serializers.CharField()
 
@@ -355,8 +325,21 @@ class AttemptOut(serializers.Serializer):
         return payloads.attempt(attempt)
 
 
+class ClaimErrorOut(serializers.Serializer):
+    """Why the claim asked for with a registration was refused: the refusal's problem
+    ``code`` and ``detail``, and its other members."""
+
+    code = serializers.CharField()
+    detail = serializers.CharField()
+    retry_after_ms = serializers.IntegerField(required=False)
+    breaker = serializers.ChoiceField(choices=["open", "half_open"], required=False)
+
+
+# The answer to a registration: the view adds ``attempt`` (and ``claim_error``) to the
+# operation body when the registration asked for a claim.
 class OperationCreatedOut(OperationOut):
     attempt = AttemptOut(required=False, allow_null=True)
+    claim_error = ClaimErrorOut(required=False)
 
 
 class HeartbeatOut(serializers.Serializer):
@@ -411,32 +394,33 @@ class OutcomeAnswerOut(OperationOut):
 
     tool_result = ToolResultOut()
 
-    def to_representation(self, op: Operation) -> dict[str, Any]:
-        return {**payloads.operation(op), "tool_result": tool_result(op)}
-
 
 class ToolOut(serializers.Serializer):
     """A contract version, with the tool's name and which version is active."""
 
-    name = serializers.CharField(source="tool_id")
-    owner = serializers.CharField(source="tool.owner.name", allow_null=True)
-    version = serializers.IntegerField(source="number")
-    active_version = serializers.SerializerMethodField()
-    active = serializers.SerializerMethodField()
+    # The stored contract (``contracts.normalize_contract``) sits at the top level, as
+    # the runner PUT it with every default filled in; its blocks are described field by
+    # field in the request body of ``PUT /tools/{name}``.
+    effect_class = serializers.ChoiceField(choices=[kind.value for kind in EffectClass])
+    input_schema = JSONObject()
+    retry = JSONObject()
+    approval = JSONObject()
+    reconcile = JSONObject()
+    concurrency_key = serializers.CharField(allow_null=True)
+    inbound = JSONObject(allow_null=True)
+    breaker = JSONObject(allow_null=True)
+    description = serializers.CharField(required=False)
+    display = JSONObject(required=False)
+    name = serializers.CharField()
+    owner = serializers.CharField(allow_null=True)
+    version = serializers.IntegerField()
+    active_version = serializers.IntegerField(allow_null=True, read_only=True)
+    active = serializers.BooleanField(read_only=True)
     weakens = serializers.ListField(child=serializers.CharField())
     created_at = serializers.DateTimeField()
 
-    def get_active_version(self, version: ToolVersion) -> int | None:
-        active = version.tool.active_version
-        return active.number if active is not None else None
-
-    def get_active(self, version: ToolVersion) -> bool:
-        return version.tool.active_version_id == version.pk
-
     def to_representation(self, version: ToolVersion) -> dict[str, Any]:
-        body = super().to_representation(version)
-        # The contract's own fields sit at the top level, as the runner PUT them.
-        return {**version.contract, **body}
+        return payloads.tool_version(version)
 
 
 class ToolPageOut(serializers.Serializer):
