@@ -9,8 +9,9 @@ from django.utils import timezone
 
 from approvals.errors import PermissionRefused
 
-from .. import access
+from .. import access, errors
 from ..crypto import encrypt
+from ..hosts import webhook_policy
 from ..models import (
     OutboxMessage,
     Runner,
@@ -57,10 +58,25 @@ def runner_webhook_events_refresh(sender: Any, instance: WebhookEndpoint, **kwar
         instance.runner.webhook_events = patterns
 
 
+def _require_webhook_url_allowed(url: str) -> None:
+    """Refuse a URL whose host resolves to an address deliveries may not connect to
+    (``hosts.webhook_policy``), or does not resolve. The connection itself is checked
+    again at every delivery (``dispatch.egress``)."""
+    allowed, why = webhook_policy().url_allowed(url)
+    if not allowed:
+        raise errors.UrlNotAllowed(
+            f"{why}. Targets must be public addresses or listed in WEBHOOK_ALLOWED_HOSTS."
+        )
+
+
 def webhook_endpoint_create(
     *, runner: Runner, url: str, events: list[str]
 ) -> tuple[WebhookEndpoint, str]:
-    """Register an endpoint; its signing secret is returned only here."""
+    """Register an endpoint; its signing secret is returned only here.
+
+    The URL is checked first, outside the transaction: the check asks DNS, and no row
+    may stay locked while it answers."""
+    _require_webhook_url_allowed(url)
     secret = webhooks_new_secret()
     with transaction.atomic():
         Runner.objects.select_for_update().get(pk=runner.pk)

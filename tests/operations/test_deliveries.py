@@ -1,4 +1,5 @@
-"""Webhook delivery through the services: what a receiver's answer may change."""
+"""Webhook delivery through the services: what a receiver's answer may change, and
+which URLs an endpoint may have."""
 
 import io
 import threading
@@ -8,7 +9,7 @@ import pytest
 from django.core.management import call_command
 from django.db import connection
 
-from operations import services
+from operations import errors, hosts, services
 from operations.dispatch import webhooks
 from operations.models import DeliveryAttempt, Event, OutboxMessage, Runner, WebhookEndpoint
 from tests.conftest import make_runner
@@ -151,3 +152,50 @@ def test_an_endpoint_deleted_while_its_message_is_sent_does_not_stop_the_batch(
         (second, "delivered")
     ]
     assert len(receiver.requests) == 2
+
+
+# --- The URL rule, in the service ------------------------------------------------------
+
+
+REFUSED = (
+    "10.0.0.5 resolves to an address that is not allowed (10.0.0.5). Targets must be "
+    "public addresses or listed in WEBHOOK_ALLOWED_HOSTS."
+)
+
+
+def test_the_endpoint_service_refuses_a_url_the_policy_refuses(api):
+    with pytest.raises(errors.UrlNotAllowed) as refused:
+        services.webhook_endpoint_create(
+            runner=api.runner, url="http://10.0.0.5/hook", events=["operation.*"]
+        )
+    assert refused.value.detail == REFUSED
+    assert not WebhookEndpoint.objects.exists()
+    assert not _runner_events(api, "webhook_endpoint_created").exists()
+
+
+def test_the_api_refuses_with_the_services_message(api):
+    response = api.post(
+        "/api/v1/webhook-endpoints", {"url": "http://10.0.0.5/hook", "events": ["operation.*"]}
+    )
+    assert response.status_code == 422
+    assert (response.json()["code"], response.json()["detail"]) == ("url_not_allowed", REFUSED)
+    assert not WebhookEndpoint.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_url_is_resolved_before_any_transaction_opens(monkeypatch):
+    resolved_in_transaction = []
+    resolve = hosts.resolve
+
+    def recording_resolve(host, port):
+        resolved_in_transaction.append(connection.in_atomic_block)
+        return resolve(host, port)
+
+    monkeypatch.setattr(hosts, "resolve", recording_resolve)
+    api = make_runner()
+    response = api.post(
+        "/api/v1/webhook-endpoints", {"url": "http://93.184.215.14/hook", "events": ["*"]}
+    )
+    assert response.status_code == 201, response.json()
+    assert resolved_in_transaction == [False]
+    assert WebhookEndpoint.objects.filter(pk=response.json()["id"]).exists()
