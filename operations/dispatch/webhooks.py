@@ -11,6 +11,9 @@ Messages are written by ``services`` in the transaction of the change they repor
 4. records the answer (``services.delivery_finish``): 2xx delivered; 410 disables the
    endpoint, with its event; anything else is retried on the specification's schedule,
    honouring ``Retry-After``.
+
+A receiver's answer is read as hostile: nothing of a 2xx body is read, at most
+``ANSWER_PREFIX_BYTES`` of any other, and ``Retry-After`` only as plain digits.
 """
 
 import logging
@@ -33,12 +36,38 @@ logger = logging.getLogger(__name__)
 
 Status = OutboxMessage.MessageStatus
 
+# How much of a refusal's body is read, for the attempt's record (its first 200
+# characters): a receiver's body may be endless.
+ANSWER_PREFIX_BYTES = 4096
+_MAX_RETRY_AFTER_S = int(MAX_RETRY_AFTER.total_seconds())
+
 
 def _retry_after(response: httpx.Response) -> timedelta | None:
-    value = response.headers.get("retry-after", "")
-    if value.isdigit():
-        return min(timedelta(seconds=int(value)), MAX_RETRY_AFTER)
-    return None
+    """The receiver's ``Retry-After`` in seconds, at most ``MAX_RETRY_AFTER``; None for
+    anything but ASCII digits (an HTTP date included). ``str.isdigit()`` alone admits
+    "²", which ``int()`` refuses, and ``int()`` raises past 4300 digits, so a value with
+    more digits than the cap has is read as the cap."""
+    value = response.headers.get("retry-after", "").strip()
+    if not (value.isascii() and value.isdigit()):
+        return None
+    digits = value.lstrip("0") or "0"
+    if len(digits) > len(str(_MAX_RETRY_AFTER_S)):
+        return MAX_RETRY_AFTER
+    return timedelta(seconds=min(int(digits), _MAX_RETRY_AFTER_S))
+
+
+def _answer_start(response: httpx.Response) -> str:
+    """The first characters of a refusal's body; only a bounded prefix is read."""
+    received = b""
+    try:
+        for chunk in response.iter_bytes():
+            received += chunk
+            if len(received) >= ANSWER_PREFIX_BYTES:
+                break
+    except httpx.HTTPError as exc:
+        return f"the answer could not be read: {str(exc) or type(exc).__name__}"
+    text = received[:ANSWER_PREFIX_BYTES].decode(response.encoding or "utf-8", errors="replace")
+    return text[:200]
 
 
 @dataclass
@@ -62,9 +91,13 @@ def deliver(message_id: str, client: httpx.Client) -> str | None:
         )
     body = body_of(message)
     try:
-        response = client.post(
-            message.endpoint.url, content=body, headers=headers_for(message, body, now)
-        )
+        # Streamed, so that the answer's body is read only as far as the record needs.
+        with client.stream(
+            "POST", message.endpoint.url, content=body, headers=headers_for(message, body, now)
+        ) as response:
+            status_code = response.status_code
+            error = "" if response.is_success else _answer_start(response)
+            retry_after = _retry_after(response)
     except httpx.HTTPError as exc:
         return services.delivery_finish(
             message=message,
@@ -75,9 +108,9 @@ def deliver(message_id: str, client: httpx.Client) -> str | None:
     return services.delivery_finish(
         message=message,
         attempt=attempt,
-        status_code=response.status_code,
-        error="" if response.is_success else response.text[:200],
-        retry_after=_retry_after(response),
+        status_code=status_code,
+        error=error,
+        retry_after=retry_after,
     )
 
 

@@ -49,6 +49,17 @@ GONE = "the receiver answered 410 Gone"
 ERROR_LENGTH = DeliveryAttempt._meta.get_field("error").max_length or 500
 
 
+def _recordable(text: str) -> str:
+    """What a receiver said, as a text column can hold it: PostgreSQL refuses U+0000 and
+    no encoding takes a lone surrogate, so each becomes U+FFFD; the record would
+    otherwise fail, and the message be sent again every lease instead of on the
+    schedule."""
+    return "".join(
+        "\ufffd" if char == "\x00" or "\ud800" <= char <= "\udfff" else char
+        for char in text[:ERROR_LENGTH]
+    )
+
+
 def delivery_claim(*, message_id: str, due_at: datetime | None, now: datetime) -> bool:
     """Take a due message for one delivery; False when another dispatcher took it."""
     lease = timedelta(seconds=settings.WEBHOOK_DELIVERY_LEASE_S)
@@ -100,7 +111,7 @@ def delivery_finish(
             # take it: taken after the message's, it could deadlock with a deletion.
             Runner.objects.select_for_update().filter(pk=message.endpoint.runner_id).exists()
         DeliveryAttempt.objects.filter(pk=attempt.pk).update(
-            finished_at=now, status_code=status_code, error=error[:ERROR_LENGTH]
+            finished_at=now, status_code=status_code, error=_recordable(error)
         )
         locked = OutboxMessage.objects.select_for_update().filter(pk=message.pk).first()
         if locked is None:

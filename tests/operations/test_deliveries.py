@@ -1,13 +1,18 @@
-"""Webhook delivery through the services: what a receiver's answer may change, and
-which URLs an endpoint may have."""
+"""Webhook delivery through the services: what a receiver's answer may change, and what a
+hostile receiver cannot do to the dispatcher."""
 
 import io
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import time_machine
 from django.core.management import call_command
 from django.db import connection
+from django.utils import timezone
 
 from operations import errors, hosts, services
 from operations.dispatch import webhooks
@@ -152,6 +157,116 @@ def test_an_endpoint_deleted_while_its_message_is_sent_does_not_stop_the_batch(
         (second, "delivered")
     ]
     assert len(receiver.requests) == 2
+
+
+# --- A hostile receiver's answer ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "wait"),
+    [
+        ("²", timedelta(seconds=5)),  # str.isdigit() admits it, int() refuses it
+        ("1" * 5000, timedelta(hours=24)),  # int() refuses more than 4300 digits
+        ("1" * 20, timedelta(hours=24)),  # past what timedelta holds
+        ("0" * 30 + "600", timedelta(minutes=10)),
+        ("-600", timedelta(seconds=5)),
+    ],
+    ids=["superscript", "5000-digits", "20-digits", "leading-zeros", "negative"],
+)
+def test_a_hostile_retry_after_sets_a_bounded_delay_without_raising(
+    api, receiver, retry_after, wait
+):
+    _endpoint(api, receiver.url)
+    api.tool("t")
+    api.register(api.run(), "t")
+    receiver.status, receiver.headers = 503, {"Retry-After": retry_after}
+    start = timezone.now()
+    with time_machine.travel(start, tick=False):
+        assert webhooks.deliver_due().sent == 1
+    message = OutboxMessage.objects.get()
+    assert (message.status, message.next_attempt_at) == ("pending", start + wait)
+    attempt = DeliveryAttempt.objects.get(message=message)
+    assert (attempt.status_code, attempt.finished_at) == (503, start)
+
+
+def test_a_refusal_body_with_nul_is_recorded_without_it(api, receiver):
+    """PostgreSQL refuses U+0000 in a text column: stored as is, the attempt's record
+    would fail and the message be sent again every lease, never on the schedule."""
+    _endpoint(api, receiver.url)
+    api.tool("t")
+    api.register(api.run(), "t")
+    receiver.status, receiver.body = 500, b"bad\x00request"
+    start = timezone.now()
+    with time_machine.travel(start, tick=False):
+        webhooks.deliver_due()
+    attempt = DeliveryAttempt.objects.get()
+    assert (attempt.status_code, attempt.error) == (500, "bad\ufffdrequest")
+    message = OutboxMessage.objects.get()
+    assert (message.status, message.next_attempt_at) == ("pending", start + timedelta(seconds=5))
+
+
+class EndlessAnswer:
+    """A receiver that answers ``status`` and then a body that never ends."""
+
+    def __init__(self, status: int) -> None:
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                self.send_response(status)
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                chunk = b"x" * 65536
+                try:
+                    while True:
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                except OSError:  # the dispatcher hung up
+                    pass
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/hooks"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.mark.parametrize("status", [200, 500])
+@pytest.mark.django_db(transaction=True)
+def test_an_endless_answer_does_not_hold_the_dispatcher(settings, status):
+    settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
+    server = EndlessAnswer(status)
+    try:
+        api = make_runner()
+        _endpoint(api, server.url)
+        api.tool("t")
+        api.register(api.run(), "t")
+        done = threading.Event()
+
+        def dispatch():
+            try:
+                webhooks.deliver_due()
+            finally:
+                connection.close()
+                done.set()
+
+        started = time.monotonic()
+        threading.Thread(target=dispatch, daemon=True).start()
+        assert done.wait(timeout=20), "the dispatcher is still reading the answer"
+        assert time.monotonic() - started < 20
+    finally:
+        server.close()
+    attempt = DeliveryAttempt.objects.get()
+    assert attempt.status_code == status
+    assert len(attempt.error) <= 200
+    expected = "delivered" if status == 200 else "pending"
+    assert OutboxMessage.objects.get().status == expected
 
 
 # --- The URL rule, in the service ------------------------------------------------------
