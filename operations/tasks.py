@@ -51,7 +51,7 @@ def apply_inbound() -> int:
 
 @shared_task(**IDEMPOTENT)
 def prune_deliveries() -> int:
-    return webhooks.prune(older_than=timedelta(days=settings.WEBHOOK_RETENTION_DAYS))
+    return services.delivery_prune(older_than=timedelta(days=settings.WEBHOOK_RETENTION_DAYS))
 
 
 @shared_task(acks_late=True, ignore_result=True)

@@ -57,6 +57,7 @@ KNOWN_KINDS = [
     "token_revoked",
     "webhook_endpoint_created",
     "webhook_endpoint_deleted",
+    "webhook_endpoint_disabled",
     "webhook_secret_rotated",
     "webhook_redelivery",
     "signed_in",

@@ -3,7 +3,6 @@
 import re
 from typing import Any, cast
 
-from django.conf import settings
 from django.urls import path
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.pagination import CursorPagination
@@ -12,8 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import params, payloads, selectors, services
-from ..errors import InvalidRequest, NotFound, OperationKeyRequired, UrlNotAllowed
-from ..hosts import HostPolicy
+from ..errors import InvalidRequest, NotFound, OperationKeyRequired
 from ..models import Runner, RunnerToken
 from . import openapi
 from .serializers import (
@@ -414,13 +412,6 @@ class WebhookEndpointListView(APIView):
     )
     def post(self, request: Request) -> Response:
         data = _valid(WebhookEndpointIn, request)
-        allowed, why = HostPolicy.parse(
-            settings.WEBHOOK_ALLOWED_HOSTS, allow_public=True
-        ).url_allowed(data["url"])
-        if not allowed:
-            raise UrlNotAllowed(
-                f"{why}. Targets must be public addresses or listed in WEBHOOK_ALLOWED_HOSTS."
-            )
         endpoint, secret = services.webhook_endpoint_create(
             runner=_runner(request), url=data["url"], events=data["events"]
         )

@@ -24,9 +24,11 @@ from .breaker import tool_breaker_set
 from .claims import attempt_claim
 from .core import GENESIS_HASH, Actor, event_append, event_hash, outbox_enqueue
 from .decisions import approval_decide, approval_revoke
+from .deliveries import delivery_begin, delivery_claim, delivery_finish, delivery_prune
 from .endpoints import (
     webhook_endpoint_create,
     webhook_endpoint_delete,
+    webhook_endpoint_disable,
     webhook_endpoint_rotate,
     webhook_redeliver,
 )
@@ -88,6 +90,10 @@ __all__ = [
     "attempt_claim",
     "attempt_heartbeat",
     "attempt_record_outcome",
+    "delivery_begin",
+    "delivery_claim",
+    "delivery_finish",
+    "delivery_prune",
     "event_append",
     "event_hash",
     "inbound_apply",
@@ -126,6 +132,7 @@ __all__ = [
     "tool_version_activate",
     "webhook_endpoint_create",
     "webhook_endpoint_delete",
+    "webhook_endpoint_disable",
     "webhook_endpoint_rotate",
     "webhook_redeliver",
 ]

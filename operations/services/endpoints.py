@@ -1,4 +1,5 @@
-"""Webhook endpoints of a runner: registration, secret rotation, redelivery."""
+"""Webhook endpoints of a runner: registration, secret rotation, disabling, deletion,
+redelivery."""
 
 from datetime import timedelta
 from typing import Any
@@ -8,8 +9,9 @@ from django.utils import timezone
 
 from approvals.errors import PermissionRefused
 
-from .. import access
+from .. import access, errors
 from ..crypto import encrypt
+from ..hosts import webhook_policy
 from ..models import (
     OutboxMessage,
     Runner,
@@ -22,6 +24,8 @@ from .core import (
     lock,
     record,
 )
+
+_REASON_LENGTH = WebhookEndpoint._meta.get_field("disabled_reason").max_length
 
 
 def runner_webhook_events_refresh(sender: Any, instance: WebhookEndpoint, **kwargs: Any) -> None:
@@ -54,10 +58,25 @@ def runner_webhook_events_refresh(sender: Any, instance: WebhookEndpoint, **kwar
         instance.runner.webhook_events = patterns
 
 
+def _require_webhook_url_allowed(url: str) -> None:
+    """Refuse a URL whose host resolves to an address deliveries may not connect to
+    (``hosts.webhook_policy``), or does not resolve. The connection itself is checked
+    again at every delivery (``dispatch.egress``)."""
+    allowed, why = webhook_policy().url_allowed(url)
+    if not allowed:
+        raise errors.UrlNotAllowed(
+            f"{why}. Targets must be public addresses or listed in WEBHOOK_ALLOWED_HOSTS."
+        )
+
+
 def webhook_endpoint_create(
     *, runner: Runner, url: str, events: list[str]
 ) -> tuple[WebhookEndpoint, str]:
-    """Register an endpoint; its signing secret is returned only here."""
+    """Register an endpoint; its signing secret is returned only here.
+
+    The URL is checked first, outside the transaction: the check asks DNS, and no row
+    may stay locked while it answers."""
+    _require_webhook_url_allowed(url)
     secret = webhooks_new_secret()
     with transaction.atomic():
         Runner.objects.select_for_update().get(pk=runner.pk)
@@ -111,6 +130,39 @@ def webhook_endpoint_delete(*, endpoint: WebhookEndpoint, actor: Actor) -> None:
             data={"endpoint": endpoint.id, "url": endpoint.url},
         )
         endpoint.delete()
+
+
+def webhook_endpoint_disable(*, endpoint: WebhookEndpoint, actor: Actor, reason: str) -> bool:
+    """Stop delivering to an endpoint: it stays listed, inactive, with ``reason``, and the
+    messages still waiting for it are dropped (``disabled``). The event goes on the
+    runner's stream, as the endpoint's registration and deletion do. Returns whether this
+    call disabled it: an endpoint already disabled (or deleted) is left as it is,
+    without a second event."""
+    with transaction.atomic():
+        Runner.objects.select_for_update().get(pk=endpoint.runner_id)
+        current = WebhookEndpoint.objects.select_for_update().filter(pk=endpoint.pk).first()
+        if current is None or not current.is_active:
+            return False
+        current.is_active = False
+        current.disabled_reason = reason[:_REASON_LENGTH]
+        # Saved with ``is_active`` named, so the runner's summary of its active
+        # endpoints' patterns is refreshed (``runner_webhook_events_refresh``).
+        current.save(update_fields=["is_active", "disabled_reason"])
+        dropped = OutboxMessage.objects.filter(
+            endpoint=current, status=OutboxMessage.MessageStatus.PENDING
+        ).update(status=OutboxMessage.MessageStatus.DISABLED, next_attempt_at=None)
+        event_append(
+            stream=f"runner:{current.runner_id}",
+            kind="webhook_endpoint_disabled",
+            actor=actor,
+            data={
+                "endpoint": current.id,
+                "url": current.url,
+                "reason": current.disabled_reason,
+                "dropped_messages": dropped,
+            },
+        )
+    return True
 
 
 def webhook_redeliver(*, message: OutboxMessage, user: Any) -> OutboxMessage:

@@ -94,7 +94,7 @@ def build_world() -> Known:
     api.outcome(done["id"], 1, {"kind": "succeeded", "result": {"ok": True}})
     assert Operation.objects.filter(pk=compensating["id"], status="compensating").exists()
     endpoint, _ = services.webhook_endpoint_create(
-        runner=api.runner, url="https://hooks.example/effectgate", events=["operation.*"]
+        runner=api.runner, url="https://93.184.215.14/effectgate", events=["operation.*"]
     )
     known.endpoint_id.append(endpoint.id)
     # Another runner's objects: always 404 for ours.

@@ -232,7 +232,7 @@ def test_every_message_gives_up_after_the_whole_schedule(api, receiver):
     api.register(api.run(), "t")
     receiver.status = 500
     now = timezone.now()
-    for _ in range(len(webhooks.RETRY_SCHEDULE) + 1):
+    for _ in range(len(services.deliveries.RETRY_SCHEDULE) + 1):
         message = OutboxMessage.objects.get()
         with time_machine.travel(max(now, message.next_attempt_at), tick=False):
             webhooks.deliver_due()
@@ -269,7 +269,7 @@ def test_prune_keeps_pending_and_recent_messages(api, receiver):
     webhooks.deliver_due()
     api.register(api.run(), "t")  # pending
     with time_machine.travel(timezone.now() + timedelta(days=31), tick=False):
-        assert webhooks.prune(older_than=timedelta(days=30)) == 1
+        assert services.delivery_prune(older_than=timedelta(days=30)) == 1
     assert list(OutboxMessage.objects.values_list("status", flat=True)) == ["pending"]
 
 

@@ -16,6 +16,7 @@ class Received:
 class Receiver:
     status: int = 204
     headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
     delay: float = 0.0
     requests: list[Received] = field(default_factory=list)
 
@@ -34,8 +35,9 @@ class Receiver:
                 self.send_response(receiver.status)
                 for name, value in receiver.headers.items():
                     self.send_header(name, value)
-                self.send_header("Content-Length", "0")
+                self.send_header("Content-Length", str(len(receiver.body)))
                 self.end_headers()
+                self.wfile.write(receiver.body)
 
             def log_message(self, *args):
                 pass
