@@ -10,16 +10,17 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from operations.machine import EventKind
 from operations.models import Event
 from operations.services import Actor, event_append
 
-SESSION_EVENT_KINDS = frozenset({"signed_in", "signed_out"})
+SESSION_EVENT_KINDS = frozenset({EventKind.SIGNED_IN, EventKind.SIGNED_OUT})
 ACCOUNT_EVENT_KINDS = frozenset(
     {
-        "second_factor_added",
-        "second_factor_verified",
-        "second_factor_failed",
-        "sessions_ended",
+        EventKind.SECOND_FACTOR_ADDED,
+        EventKind.SECOND_FACTOR_VERIFIED,
+        EventKind.SECOND_FACTOR_FAILED,
+        EventKind.SESSIONS_ENDED,
     }
 )
 
@@ -28,7 +29,7 @@ def _append(*, user: Any, kind: str, actor: Actor, data: dict[str, Any]) -> Even
     with transaction.atomic():
         # The person's row is the stream's lock: two sign-ins at once append in turn.
         get_user_model().objects.select_for_update().filter(pk=user.pk).exists()
-        return event_append(stream=f"user:{user.pk}", kind=kind, actor=actor, data=data)
+        return event_append(stream=f"user:{user.pk}", kind=EventKind(kind), actor=actor, data=data)
 
 
 def user_session_record(*, user: Any, kind: str, ip: str = "") -> Event:

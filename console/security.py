@@ -13,6 +13,8 @@ from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
 from django.utils import timezone
 
+from operations.machine import EventKind
+
 # Session keys: when the person signed in, and when they last did something.
 SIGNED_IN_AT = "_eg_signed_in_at"
 SEEN_AT = "_eg_seen_at"
@@ -157,14 +159,14 @@ def second_factor_confirm(*, request: Any, device: Any, token: str) -> bool:
 
     if not device.verify_token(_token(token)):
         accounts.user_account_record(
-            user=request.user, kind="second_factor_failed", data={"during": "setup"}
+            user=request.user, kind=EventKind.SECOND_FACTOR_FAILED, data={"during": "setup"}
         )
         return False
     device.confirmed = True
     device.save(update_fields=["confirmed"])
     otp_login(request, device)
     accounts.user_account_record(
-        user=request.user, kind="second_factor_added", data={"device": device.persistent_id}
+        user=request.user, kind=EventKind.SECOND_FACTOR_ADDED, data={"device": device.persistent_id}
     )
     return True
 
@@ -184,11 +186,11 @@ def second_factor_verify(*, request: Any, token: str) -> bool:
             otp_login(request, device)
             accounts.user_account_record(
                 user=request.user,
-                kind="second_factor_verified",
+                kind=EventKind.SECOND_FACTOR_VERIFIED,
                 data={"device": device.persistent_id},
             )
             return True
     accounts.user_account_record(
-        user=request.user, kind="second_factor_failed", data={"during": "verify"}
+        user=request.user, kind=EventKind.SECOND_FACTOR_FAILED, data={"during": "verify"}
     )
     return False

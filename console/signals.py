@@ -9,6 +9,7 @@ from django.contrib.auth.signals import user_logged_in, user_logged_out, user_lo
 from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
 
+from operations.machine import EventKind
 from operations.services import Actor
 
 from . import accounts, security
@@ -24,14 +25,14 @@ def _ip(request: Any) -> str:
 def _signed_in(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
     if request is not None and hasattr(request, "session"):
         security.session_start(request.session)
-    accounts.user_session_record(user=user, kind="signed_in", ip=_ip(request))
+    accounts.user_session_record(user=user, kind=EventKind.SIGNED_IN, ip=_ip(request))
 
 
 @receiver(user_logged_out, dispatch_uid="console.signed_out")
 def _signed_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
     # Signing out without a session (an expired one) has nobody to record.
     if user is not None and user.is_authenticated:
-        accounts.user_session_record(user=user, kind="signed_out", ip=_ip(request))
+        accounts.user_session_record(user=user, kind=EventKind.SIGNED_OUT, ip=_ip(request))
 
 
 @receiver(user_login_failed, dispatch_uid="console.sign_in_failed")
@@ -58,7 +59,7 @@ def _end_sessions_of_deactivated(sender: Any, instance: Any, **kwargs: Any) -> N
         ended = security.sessions_end_for_user(instance)
         accounts.user_account_record(
             user=instance,
-            kind="sessions_ended",
+            kind=EventKind.SESSIONS_ENDED,
             actor=Actor.system("deactivation"),
             data={"sessions": ended},
         )

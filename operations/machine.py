@@ -5,6 +5,9 @@ machine).
 this module which moves are allowed, how a posted outcome is classified for an effect
 class, how long the backoff is and what a runner may do next. Nothing here touches the
 database, so every row of the outcome table is tested without one.
+
+``EventKind`` is the vocabulary of the ledger: every writer names the kind of the event
+it appends by its member, and every reader compares kinds with members.
 """
 
 import random
@@ -115,6 +118,79 @@ TRANSITIONS: dict[Status, frozenset[Status]] = {
     Status.COMPENSATED: frozenset(),
     Status.SUPERSEDED: frozenset(),
 }
+
+
+class EventKind(StrEnum):
+    """What an event records: one member per kind of event any code writes to the ledger,
+    grouped by the stream that holds it. A member equals its string, so the kinds stored
+    and hashed into the chains are the strings themselves (``services.core.event_hash``).
+    """
+
+    # An operation's own stream (docs/api.md, Reading).
+    REGISTERED = "registered"
+    APPROVAL_REQUESTED = "approval_requested"
+    DECISION = "decision"
+    GRANTED = "granted"
+    REJECTED = "rejected"
+    APPROVAL_EXPIRED = "approval_expired"
+    APPROVAL_ESCALATED = "approval_escalated"
+    SUPERSEDED = "superseded"
+    GRANT_REVOKED = "grant_revoked"
+    GRANT_INVALID = "grant_invalid"
+    CLAIMED = "claimed"
+    HEARTBEAT = "heartbeat"
+    OUTCOME = "outcome"
+    OUTCOME_CONFLICT = "outcome_conflict"
+    LEASE_EXPIRED = "lease_expired"
+    LATE_OUTCOME = "late_outcome"
+    LATE_SUCCESS = "late_success"
+    REOPENED = "reopened"
+    BUDGET_EXHAUSTED = "budget_exhausted"
+    CANCELLED = "cancelled"
+    PROBE = "probe"
+    RECONCILED = "reconciled"
+    RESOLUTION_PROPOSED = "resolution_proposed"
+    RESOLUTION_DISPUTED = "resolution_disputed"
+    SNOOZED = "snoozed"
+    NOTE = "note"
+    COMPENSATION = "compensation"
+    INBOUND_EVIDENCE = "inbound_evidence"
+    WEBHOOK_REDELIVERY = "webhook_redelivery"
+    # A run's stream.
+    RUN_CREATED = "run_created"
+    RUN_CANCELLED = "run_cancelled"
+    RUN_EXPIRED = "run_expired"
+    # A tool's stream.
+    CONTRACT_REGISTERED = "contract_registered"
+    CONTRACT_ACTIVATED = "contract_activated"
+    TOOL_TRANSFERRED = "tool_transferred"
+    TOOL_INVOKER_ALLOWED = "tool_invoker_allowed"
+    TOOL_INVOKER_REMOVED = "tool_invoker_removed"
+    TOOL_PERMISSIONS_CHANGED = "tool_permissions_changed"
+    INBOUND_SECRET_SET = "inbound_secret_set"  # noqa: S105 (the name of an event, not a secret)
+    BREAKER_OPENED = "breaker_opened"
+    BREAKER_HALF_OPEN = "breaker_half_open"
+    BREAKER_CLOSED = "breaker_closed"
+    BREAKER_FORCED_OPEN = "breaker_forced_open"
+    BREAKER_FORCED_CLOSED = "breaker_forced_closed"
+    # A runner's stream.
+    RUNNER_CREATED = "runner_created"
+    RUNNER_UPDATED = "runner_updated"
+    TOKEN_CREATED = "token_created"  # noqa: S105 (the name of an event, not a secret)
+    TOKEN_REVOKED = "token_revoked"  # noqa: S105 (the name of an event, not a secret)
+    WEBHOOK_ENDPOINT_CREATED = "webhook_endpoint_created"
+    WEBHOOK_ENDPOINT_DELETED = "webhook_endpoint_deleted"
+    WEBHOOK_ENDPOINT_DISABLED = "webhook_endpoint_disabled"
+    WEBHOOK_SECRET_ROTATED = "webhook_secret_rotated"  # noqa: S105 (the name of an event, not a secret)
+    # A person's stream (console/accounts.py).
+    SIGNED_IN = "signed_in"
+    SIGNED_OUT = "signed_out"
+    SESSIONS_ENDED = "sessions_ended"
+    SECOND_FACTOR_ADDED = "second_factor_added"
+    SECOND_FACTOR_VERIFIED = "second_factor_verified"
+    SECOND_FACTOR_FAILED = "second_factor_failed"
+    # The archive's stream: the anchor of each archive file.
+    ARCHIVED = "archived"
 
 
 def can_transition(source: str, target: str) -> bool:

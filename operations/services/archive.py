@@ -37,7 +37,7 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest, Decision, Grant
 
 from ..canonical import sha256_hex
-from ..machine import TERMINAL
+from ..machine import TERMINAL, EventKind
 from ..models import (
     Attempt,
     DeliveryAttempt,
@@ -216,7 +216,7 @@ def archive_operations(*, before: datetime, path: Path, actor: Actor) -> Archive
             _remove(op_ids)
             event_append(
                 stream=ARCHIVE_STREAM,
-                kind="archived",
+                kind=EventKind.ARCHIVED,
                 actor=actor,
                 data={
                     "before": before.isoformat(),
@@ -344,7 +344,7 @@ def archive_recorded(summary: ArchiveSummary) -> bool:
     """Whether an ``archived`` anchor event records this file and its heads."""
     return Event.objects.filter(
         stream=ARCHIVE_STREAM,
-        kind="archived",
+        kind=EventKind.ARCHIVED,
         data__file_sha256=summary.file_sha256,
         data__heads_digest=summary.heads_digest,
     ).exists()

@@ -7,7 +7,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from .. import access, errors
-from ..machine import Status
+from ..machine import EventKind, Status
 from ..models import (
     Operation,
     Tool,
@@ -27,7 +27,9 @@ def _breaker_config(op: Operation) -> dict[str, Any] | None:
     return (active.contract if active is not None else op.tool_version.contract).get("breaker")
 
 
-def _breaker_event(tool: Tool, kind: str, *, actor: Actor, now: datetime, **data: Any) -> None:
+def _breaker_event(
+    tool: Tool, kind: EventKind, *, actor: Actor, now: datetime, **data: Any
+) -> None:
     event_append(
         stream=f"tool:{tool.name}",
         kind=kind,
@@ -65,7 +67,7 @@ def breaker_admits_locked(op: Operation, *, now: datetime) -> errors.DomainError
         tool.breaker_state = State.HALF_OPEN
         tool.breaker_probe = op
         tool.save(update_fields=["breaker_state", "breaker_probe"])
-        _breaker_event(tool, "breaker_half_open", actor=system, now=now, probe=op.id)
+        _breaker_event(tool, EventKind.BREAKER_HALF_OPEN, actor=system, now=now, probe=op.id)
         return None
     if tool.breaker_state == State.HALF_OPEN and tool.breaker_probe_id != op.id:
         probe = Operation.objects.filter(pk=tool.breaker_probe_id).only("status").first()
@@ -77,7 +79,7 @@ def breaker_admits_locked(op: Operation, *, now: datetime) -> errors.DomainError
             )
         tool.breaker_probe = op
         tool.save(update_fields=["breaker_probe"])
-        _breaker_event(tool, "breaker_half_open", actor=system, now=now, probe=op.id)
+        _breaker_event(tool, EventKind.BREAKER_HALF_OPEN, actor=system, now=now, probe=op.id)
     return None
 
 
@@ -104,13 +106,13 @@ def breaker_record_locked(op: Operation, *, succeeded: bool, code: str, now: dat
         tool.breaker_state, tool.breaker_failures, tool.breaker_probe = State.CLOSED, 0, None
         tool.save(update_fields=["breaker_state", "breaker_failures", "breaker_probe"])
         if not was_closed:
-            _breaker_event(tool, "breaker_closed", actor=system, now=now, operation=op.id)
+            _breaker_event(tool, EventKind.BREAKER_CLOSED, actor=system, now=now, operation=op.id)
     elif failed and tool.breaker_state == State.HALF_OPEN:
         tool.breaker_state, tool.breaker_opened_at, tool.breaker_probe = State.OPEN, now, None
         tool.save(update_fields=["breaker_state", "breaker_opened_at", "breaker_probe"])
         _breaker_event(
             tool,
-            "breaker_opened",
+            EventKind.BREAKER_OPENED,
             actor=system,
             now=now,
             reason="the probe failed",
@@ -124,7 +126,7 @@ def breaker_record_locked(op: Operation, *, succeeded: bool, code: str, now: dat
             tool.save(update_fields=["breaker_failures", "breaker_state", "breaker_opened_at"])
             _breaker_event(
                 tool,
-                "breaker_opened",
+                EventKind.BREAKER_OPENED,
                 actor=system,
                 now=now,
                 reason=f"{tool.breaker_failures} consecutive failures",
@@ -158,6 +160,6 @@ def tool_breaker_set(*, tool: Tool, open_it: bool, user: Any) -> Tool:
                 "breaker_probe",
             ]
         )
-        kind = "breaker_forced_open" if open_it else "breaker_forced_closed"
+        kind = EventKind.BREAKER_FORCED_OPEN if open_it else EventKind.BREAKER_FORCED_CLOSED
         _breaker_event(tool, kind, actor=Actor.of_user(user), now=now)
     return tool

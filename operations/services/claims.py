@@ -11,7 +11,7 @@ from approvals import services as approval_services
 from approvals.models import ApprovalRequest
 
 from .. import access, errors, machine
-from ..machine import Status
+from ..machine import EventKind, Status
 from ..models import (
     Attempt,
     Operation,
@@ -119,7 +119,7 @@ def claim_locked(
             transition(
                 op,
                 to=Status.AWAITING_APPROVAL,
-                kind="grant_invalid",
+                kind=EventKind.GRANT_INVALID,
                 actor=actor,
                 now=now,
                 data={
@@ -170,7 +170,7 @@ def claim_locked(
             transition(
                 op,
                 to=Status.EXECUTING,
-                kind="claimed",
+                kind=EventKind.CLAIMED,
                 actor=actor,
                 now=now,
                 data={"attempt": number, "lease_until": lease_until},

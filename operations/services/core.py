@@ -33,7 +33,7 @@ from approvals.models import ApprovalRequest
 
 from .. import access, errors, machine, payloads, telemetry
 from ..canonical import sha256_hex
-from ..machine import Status
+from ..machine import EventKind, Status
 from ..models import Attempt, Event, Operation, OutboxMessage, Runner, WebhookEndpoint
 from ..payloads import iso
 from ..selectors import operation_refresh
@@ -113,7 +113,7 @@ def event_hash(event: Event) -> str:
 def event_append(
     *,
     stream: str,
-    kind: str,
+    kind: EventKind,
     actor: Actor,
     operation: Operation | None = None,
     run: Any = None,
@@ -195,7 +195,7 @@ def event_build(
     stream: str,
     seq: int,
     prev_hash: str,
-    kind: str,
+    kind: EventKind,
     actor: Actor,
     operation: Operation | None,
     run: Any = None,
@@ -259,7 +259,7 @@ def transition(
     op: Operation,
     *,
     to: Status,
-    kind: str,
+    kind: EventKind,
     actor: Actor,
     now: datetime,
     data: dict[str, Any] | None = None,
@@ -316,7 +316,12 @@ def transition(
 
 
 def record(
-    op: Operation, *, kind: str, actor: Actor, now: datetime, data: dict[str, Any] | None = None
+    op: Operation,
+    *,
+    kind: EventKind,
+    actor: Actor,
+    now: datetime,
+    data: dict[str, Any] | None = None,
 ) -> Event:
     """An event that changes no state (heartbeat, late outcome, probe)."""
     return event_append(
@@ -351,7 +356,7 @@ def enter(op: Operation, *, to: Status, **kwargs: Any) -> Event:
 def succeed(
     op: Operation,
     *,
-    kind: str,
+    kind: EventKind,
     actor: Actor,
     now: datetime,
     data: dict[str, Any],
@@ -390,7 +395,7 @@ def budget_exhaust(op: Operation, *, why: str, actor: Actor, now: datetime, **da
             unknown_sticky=op.unknown_sticky,
             wanted=Status.BUDGET_EXHAUSTED,
         ),
-        kind="budget_exhausted",
+        kind=EventKind.BUDGET_EXHAUSTED,
         actor=actor,
         now=now,
         data={"reason": why, **data},

@@ -16,7 +16,7 @@ from approvals.models import ApprovalRequest
 from .. import access, errors, payloads
 from ..canonical import intent_hash
 from ..contracts.arguments import apply_edits, validate_frozen
-from ..machine import Status
+from ..machine import EventKind, Status
 from ..models import (
     Operation,
 )
@@ -55,7 +55,7 @@ def request_expire_locked(op: Operation, request: ApprovalRequest, *, now: datet
         enter(
             op,
             to=Status.REJECTED,
-            kind="approval_expired",
+            kind=EventKind.APPROVAL_EXPIRED,
             actor=Actor.system("sweep"),
             now=now,
             data={"approval": request.id},
@@ -74,7 +74,7 @@ def approval_escalate_locked(op: Operation, request: ApprovalRequest, *, now: da
         return False
     record(
         op,
-        kind="approval_escalated",
+        kind=EventKind.APPROVAL_ESCALATED,
         actor=Actor.system("sweep"),
         now=now,
         data={"approval": request.id, "group": request.escalate_to},
@@ -184,7 +184,7 @@ def _decide_locked(
     )
     record(
         op,
-        kind="decision",
+        kind=EventKind.DECISION,
         actor=actor,
         now=now,
         data={
@@ -199,7 +199,7 @@ def _decide_locked(
         enter(
             op,
             to=Status.READY,
-            kind="granted",
+            kind=EventKind.GRANTED,
             actor=actor,
             now=now,
             data={
@@ -216,7 +216,7 @@ def _decide_locked(
         enter(
             op,
             to=Status.REJECTED,
-            kind="rejected",
+            kind=EventKind.REJECTED,
             actor=actor,
             now=now,
             data={"approval": request.id, "reason": decided.decision.comment},
@@ -324,7 +324,7 @@ def _approve_edited(
         )
     event_append(
         stream=successor.id,
-        kind="registered",
+        kind=EventKind.REGISTERED,
         actor=actor,
         operation=successor,
         to_status=successor.status,
@@ -344,7 +344,7 @@ def _approve_edited(
         approval_services.request_escalation_inherit(request=new_request, source=request)
     record(
         successor,
-        kind="approval_requested",
+        kind=EventKind.APPROVAL_REQUESTED,
         actor=actor,
         now=now,
         data={
@@ -356,7 +356,7 @@ def _approve_edited(
     if request.escalated_at is not None:
         record(
             successor,
-            kind="approval_escalated",
+            kind=EventKind.APPROVAL_ESCALATED,
             actor=actor,
             now=now,
             data={
@@ -370,7 +370,7 @@ def _approve_edited(
     enter(
         op,
         to=Status.SUPERSEDED,
-        kind="superseded",
+        kind=EventKind.SUPERSEDED,
         actor=actor,
         now=now,
         data={"approval": request.id, "successor": successor.id, "edits": changes},
@@ -401,7 +401,7 @@ def approval_revoke(*, request_id: str, user: Any, reason: str) -> Operation:
         grant = approval_services.grant_revoke(request=request, user=user, reason=reason, now=now)
         record(
             op,
-            kind="grant_revoked",
+            kind=EventKind.GRANT_REVOKED,
             actor=Actor.of_user(user),
             now=now,
             data={"approval": request.id, "grant": grant.id, "reason": grant.revoke_reason},

@@ -12,6 +12,7 @@ from approvals.errors import PermissionRefused
 from .. import access, errors
 from ..crypto import encrypt
 from ..hosts import webhook_policy
+from ..machine import EventKind
 from ..models import (
     OutboxMessage,
     Runner,
@@ -85,7 +86,7 @@ def webhook_endpoint_create(
         )
         event_append(
             stream=f"runner:{runner.id}",
-            kind="webhook_endpoint_created",
+            kind=EventKind.WEBHOOK_ENDPOINT_CREATED,
             actor=Actor.of_runner(runner),
             data={"endpoint": endpoint.id, "url": url, "events": endpoint.events},
         )
@@ -113,7 +114,7 @@ def webhook_endpoint_rotate(
         )
         event_append(
             stream=f"runner:{endpoint.runner_id}",
-            kind="webhook_secret_rotated",
+            kind=EventKind.WEBHOOK_SECRET_ROTATED,
             actor=actor,
             data={"endpoint": endpoint.id, "overlap_until": endpoint.previous_secret_until},
         )
@@ -125,7 +126,7 @@ def webhook_endpoint_delete(*, endpoint: WebhookEndpoint, actor: Actor) -> None:
         Runner.objects.select_for_update().get(pk=endpoint.runner_id)
         event_append(
             stream=f"runner:{endpoint.runner_id}",
-            kind="webhook_endpoint_deleted",
+            kind=EventKind.WEBHOOK_ENDPOINT_DELETED,
             actor=actor,
             data={"endpoint": endpoint.id, "url": endpoint.url},
         )
@@ -153,7 +154,7 @@ def webhook_endpoint_disable(*, endpoint: WebhookEndpoint, actor: Actor, reason:
         ).update(status=OutboxMessage.MessageStatus.DISABLED, next_attempt_at=None)
         event_append(
             stream=f"runner:{current.runner_id}",
-            kind="webhook_endpoint_disabled",
+            kind=EventKind.WEBHOOK_ENDPOINT_DISABLED,
             actor=actor,
             data={
                 "endpoint": current.id,
@@ -179,7 +180,7 @@ def webhook_redeliver(*, message: OutboxMessage, user: Any) -> OutboxMessage:
         if op is not None:
             record(
                 op,
-                kind="webhook_redelivery",
+                kind=EventKind.WEBHOOK_REDELIVERY,
                 actor=Actor.of_user(user),
                 now=now,
                 data={"message": message.id, "event_type": message.event_type},

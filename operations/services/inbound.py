@@ -12,7 +12,7 @@ from approvals.policy import is_missing, resolve_pointer
 
 from .. import errors
 from ..crypto import decrypt, encrypt
-from ..machine import Status
+from ..machine import EventKind, Status
 from ..models import (
     InboundEvent,
     Operation,
@@ -44,7 +44,10 @@ def tool_inbound_secret_set(*, tool: Tool, secret: str, actor: Actor) -> Tool:
         tool.inbound_secret_encrypted = encrypt(secret)
         tool.save(update_fields=["inbound_secret_encrypted"])
         event_append(
-            stream=f"tool:{tool.name}", kind="inbound_secret_set", actor=actor, tool_name=tool.name
+            stream=f"tool:{tool.name}",
+            kind=EventKind.INBOUND_SECRET_SET,
+            actor=actor,
+            tool_name=tool.name,
         )
     return tool
 
@@ -162,7 +165,7 @@ def inbound_apply(*, event_id: str) -> InboundEvent:
                 attempt_supersede(op, now=now)
             succeed(
                 op,
-                kind="reconciled",
+                kind=EventKind.RECONCILED,
                 actor=actor,
                 now=now,
                 data={**data, "result": "committed"},
@@ -175,7 +178,7 @@ def inbound_apply(*, event_id: str) -> InboundEvent:
             )
             event.status = Inbound.APPLIED
         else:
-            record(op, kind="inbound_evidence", actor=actor, now=now, data=data)
+            record(op, kind=EventKind.INBOUND_EVIDENCE, actor=actor, now=now, data=data)
             event.status = Inbound.MATCHED
         event.save()
     return event

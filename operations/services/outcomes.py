@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from .. import errors, machine
 from ..canonical import canonical_json
-from ..machine import Status, Verdict
+from ..machine import EventKind, Status, Verdict
 from ..models import (
     Attempt,
     Operation,
@@ -44,7 +44,7 @@ def _settle(
     detail: str,
     actor: Actor,
     now: datetime,
-    event_kind: str,
+    event_kind: EventKind,
     attempt_number: int,
     retry_after_ms: int | None = None,
     result: Any = None,
@@ -151,7 +151,7 @@ def lease_expire_locked(op: Operation, *, actor: Actor, now: datetime) -> None:
         detail=f"The lease of attempt {op.attempts} expired with no outcome.",
         actor=actor,
         now=now,
-        event_kind="lease_expired",
+        event_kind=EventKind.LEASE_EXPIRED,
         attempt_number=op.attempts,
         extra=extra,
     )
@@ -249,7 +249,7 @@ def attempt_record_outcome(
             else:
                 record(
                     op,
-                    kind="outcome_conflict",
+                    kind=EventKind.OUTCOME_CONFLICT,
                     actor=actor,
                     now=now,
                     data={
@@ -293,7 +293,7 @@ def _apply_outcome_locked(
         detail=body.get("detail", ""),
         actor=actor,
         now=now,
-        event_kind="outcome",
+        event_kind=EventKind.OUTCOME,
         attempt_number=attempt.number,
         retry_after_ms=body.get("retry_after_ms"),
         result=body.get("result"),
@@ -310,7 +310,7 @@ def _late_outcome_locked(
 ) -> errors.DomainError:
     record(
         op,
-        kind="late_outcome",
+        kind=EventKind.LATE_OUTCOME,
         actor=actor,
         now=now,
         data={"attempt": attempt.number, "outcome": body},
@@ -323,7 +323,7 @@ def _late_outcome_locked(
         approval_withdraw_pending(op, now=now)
         succeed(
             op,
-            kind="late_success",
+            kind=EventKind.LATE_SUCCESS,
             actor=actor,
             now=now,
             data={"attempt": attempt.number, "downstream_id": body.get("downstream_id")},
@@ -343,7 +343,7 @@ def _late_outcome_locked(
         enter(
             op,
             to=Status.OUTCOME_UNKNOWN,
-            kind="reopened",
+            kind=EventKind.REOPENED,
             actor=actor,
             now=now,
             data={"attempt": attempt.number, "reason": "a late unknown outcome after not_found"},
@@ -382,7 +382,7 @@ def attempt_heartbeat(
         if (attempt.heartbeats - 1) % settings.HEARTBEAT_EVENT_EVERY == 0:
             record(
                 op,
-                kind="heartbeat",
+                kind=EventKind.HEARTBEAT,
                 actor=Actor.of_runner(runner),
                 now=now,
                 data={

@@ -10,7 +10,7 @@ from django.utils import timezone
 from approvals.errors import DecisionRefused
 
 from .. import access, errors, machine
-from ..machine import Status
+from ..machine import EventKind, Status
 from ..models import (
     Attempt,
     Operation,
@@ -80,7 +80,7 @@ def reconcile_locked(
     if result == "committed":
         succeed(
             op,
-            kind="reconciled",
+            kind=EventKind.RECONCILED,
             actor=actor,
             now=now,
             data=data,
@@ -102,7 +102,7 @@ def _probe_scheduled_locked(
     op.next_probe_at = None if exhausted else now + machine.next_probe_delay(probes=op.probes)
     op.save(update_fields=["probes", "next_probe_at", "updated_at"])
     data.update(probes=op.probes, probes_exhausted=exhausted, next_probe_at=op.next_probe_at)
-    record(op, kind="probe", actor=actor, now=now, data=data)
+    record(op, kind=EventKind.PROBE, actor=actor, now=now, data=data)
 
 
 def operation_probe_failed(*, operation: Operation, error: str, actor: Actor) -> Operation:
@@ -163,7 +163,7 @@ def operation_resolve(
                 )
                 record(
                     op,
-                    kind="resolution_proposed",
+                    kind=EventKind.RESOLUTION_PROPOSED,
                     actor=actor,
                     now=now,
                     data={"resolution": resolution.id, "result": "not_found", "note": note},
@@ -186,7 +186,7 @@ def operation_resolve(
             op.save(update_fields=["snoozed_until", "updated_at"])
             record(
                 op,
-                kind="snoozed",
+                kind=EventKind.SNOOZED,
                 actor=actor,
                 now=now,
                 data={**data, "snoozed_until": snooze_until},
@@ -259,7 +259,7 @@ def operation_resolution_confirm(
             )
             record(
                 op,
-                kind="resolution_disputed",
+                kind=EventKind.RESOLUTION_DISPUTED,
                 actor=actor,
                 now=now,
                 data={"resolution": resolution.id, "note": note},
@@ -275,7 +275,13 @@ def operation_note_add(*, operation: Operation, user: Any, note: str) -> Operati
     with transaction.atomic():
         op = lock(operation.pk)
         access.require_reconcile(user, op.tool)
-        record(op, kind="note", actor=Actor.of_user(user), now=timezone.now(), data={"note": note})
+        record(
+            op,
+            kind=EventKind.NOTE,
+            actor=Actor.of_user(user),
+            now=timezone.now(),
+            data={"note": note},
+        )
     return op
 
 
@@ -311,7 +317,7 @@ def _not_found_locked(
     common = {
         "actor": actor,
         "now": now,
-        "kind": "reconciled",
+        "kind": EventKind.RECONCILED,
         "unknown_sticky": False,
     }
     if out_of_time or out_of_attempts:
@@ -372,7 +378,7 @@ def operation_compensate(
             enter(
                 op,
                 to=Status.COMPENSATED,
-                kind="compensation",
+                kind=EventKind.COMPENSATION,
                 actor=actor,
                 now=now,
                 data=data,
@@ -383,5 +389,5 @@ def operation_compensate(
             op.error_code = "compensation_failed"
             op.error_detail = "The undo failed; the operation waits in the reconciliation queue."
             op.save(update_fields=["error_code", "error_detail", "updated_at"])
-            record(op, kind="compensation", actor=actor, now=now, data=data)
+            record(op, kind=EventKind.COMPENSATION, actor=actor, now=now, data=data)
     return op

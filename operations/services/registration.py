@@ -17,7 +17,7 @@ from .. import access, errors
 from ..canonical import intent_hash
 from ..contracts import concurrency_value
 from ..contracts.arguments import freeze_arguments, validate_arguments
-from ..machine import Status
+from ..machine import EventKind, Status
 from ..models import (
     Attempt,
     Operation,
@@ -451,7 +451,7 @@ def _register_lean(
         stream=op.id,
         seq=1,
         prev_hash=GENESIS_HASH,
-        kind="registered",
+        kind=EventKind.REGISTERED,
         actor=actor,
         operation=op,
         to_status=Status.READY,
@@ -470,7 +470,7 @@ def _register_lean(
                 stream=op.id,
                 seq=2,
                 prev_hash=registered.hash,
-                kind="claimed",
+                kind=EventKind.CLAIMED,
                 actor=actor,
                 operation=op,
                 from_status=Status.READY,
@@ -509,7 +509,7 @@ def _register_full(
         return Registration(operation=existing, created=False)
     event_append(
         stream=op.id,
-        kind="registered",
+        kind=EventKind.REGISTERED,
         actor=actor,
         operation=op,
         to_status=op.status,
@@ -530,7 +530,7 @@ def _register_full(
         )
         record(
             op,
-            kind="approval_requested",
+            kind=EventKind.APPROVAL_REQUESTED,
             actor=actor,
             now=now,
             data={

@@ -12,6 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from .. import access, errors, tokencache
+from ..machine import EventKind
 from ..models import (
     Runner,
     RunnerToken,
@@ -41,7 +42,7 @@ def runner_create(*, name: str, owner: Any = None, actor: Actor) -> tuple[Runner
         runner = Runner.objects.create(name=name, owner=owner, service_user=service_user)
         event_append(
             stream=f"runner:{runner.id}",
-            kind="runner_created",
+            kind=EventKind.RUNNER_CREATED,
             actor=actor,
             data={
                 "runner": runner.id,
@@ -72,7 +73,7 @@ def _token_issue(
     )
     event_append(
         stream=f"runner:{runner.id}",
-        kind="token_created",
+        kind=EventKind.TOKEN_CREATED,
         actor=actor,
         data={"token": record.id, "prefix": record.prefix, "scopes": record.scopes},
     )
@@ -109,7 +110,7 @@ def token_revoke(*, token: RunnerToken, actor: Actor) -> RunnerToken:
         if changed:
             event_append(
                 stream=f"runner:{token.runner_id}",
-                kind="token_revoked",
+                kind=EventKind.TOKEN_REVOKED,
                 actor=actor,
                 data={"token": token.pk, "prefix": token.prefix},
             )
@@ -213,7 +214,7 @@ def runner_update(*, runner: Runner, user: Any, changes: dict[str, Any]) -> Runn
         runner.save(update_fields=list(changed))
         event_append(
             stream=f"runner:{runner.id}",
-            kind="runner_updated",
+            kind=EventKind.RUNNER_UPDATED,
             actor=Actor.of_user(user),
             data={"runner": runner.id, "changes": changed},
         )

@@ -6,7 +6,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from .. import access, errors
-from ..machine import Status
+from ..machine import EventKind, Status
 from ..models import (
     Run,
     Runner,
@@ -40,7 +40,7 @@ def run_create(
         )
         event_append(
             stream=run.id,
-            kind="run_created",
+            kind=EventKind.RUN_CREATED,
             actor=Actor.of_runner(runner),
             run=run,
             to_status=run.status,
@@ -79,7 +79,7 @@ def run_cancel(*, run: Run, actor: Actor) -> Run:
         run.save(update_fields=["status", "ended_at", "updated_at"])
         event_append(
             stream=run.id,
-            kind="run_cancelled",
+            kind=EventKind.RUN_CANCELLED,
             actor=actor,
             run=run,
             from_status=Run.RunStatus.ACTIVE,
@@ -99,7 +99,7 @@ def run_cancel(*, run: Run, actor: Actor) -> Run:
             transition(
                 op,
                 to=Status.CANCELLED,
-                kind="cancelled",
+                kind=EventKind.CANCELLED,
                 actor=actor,
                 now=now,
                 data={"reason": "run cancelled"},

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 
-from ..machine import Status
+from ..machine import EventKind, Status
 from ..metrics import timed_sweep
 from ..models import InboundEvent, Operation, Run
 from .core import (
@@ -120,7 +120,7 @@ def run_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:
         run.save(update_fields=["status", "ended_at", "updated_at"])
         event_append(
             stream=run.id,
-            kind="run_expired",
+            kind=EventKind.RUN_EXPIRED,
             actor=Actor.system("sweep"),
             run=run,
             from_status=Run.RunStatus.ACTIVE,

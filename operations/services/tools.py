@@ -17,6 +17,7 @@ from .. import access, errors
 from ..canonical import sha256_hex
 from ..contracts import normalize_contract, weakenings
 from ..hosts import lookup_policy
+from ..machine import EventKind
 from ..models import (
     Runner,
     Tool,
@@ -114,7 +115,7 @@ def tool_register(*, name: str, body: Any, runner: Runner) -> ToolRegistration:
             tool.save(update_fields=["active_version"])
         event_append(
             stream=f"tool:{tool.name}",
-            kind="contract_registered",
+            kind=EventKind.CONTRACT_REGISTERED,
             actor=actor,
             tool_name=tool.name,
             data={
@@ -143,7 +144,7 @@ def tool_version_activate(*, version: ToolVersion, user: Any) -> ToolVersion:
         tool.save(update_fields=["active_version"])
         event_append(
             stream=f"tool:{tool.name}",
-            kind="contract_activated",
+            kind=EventKind.CONTRACT_ACTIVATED,
             actor=Actor.of_user(user),
             tool_name=tool.name,
             data={"version": version.number, "previous_version_id": previous},
@@ -165,7 +166,7 @@ def tool_transfer(*, tool: Tool, to_runner: Runner, user: Any) -> Tool:
         tool.save(update_fields=["owner"])
         event_append(
             stream=f"tool:{tool.name}",
-            kind="tool_transferred",
+            kind=EventKind.TOOL_TRANSFERRED,
             actor=Actor.of_user(user),
             tool_name=tool.name,
             data={"from": previous.name if previous else None, "to": to_runner.name},
@@ -201,7 +202,7 @@ def tool_invoker_set(*, tool: Tool, runner: Runner, allow: bool, actor: Actor) -
             remove_perm(access.INVOKE, runner.service_user, tool)
         event_append(
             stream=f"tool:{tool.name}",
-            kind="tool_invoker_allowed" if allow else "tool_invoker_removed",
+            kind=EventKind.TOOL_INVOKER_ALLOWED if allow else EventKind.TOOL_INVOKER_REMOVED,
             actor=actor,
             tool_name=tool.name,
             data={"runner": runner.name},
@@ -237,7 +238,7 @@ def tool_permissions_set(*, tool: Tool, holder: Any, perms: Collection[str], use
             assign_perm(perm, holder, tool)
         event_append(
             stream=f"tool:{tool.name}",
-            kind="tool_permissions_changed",
+            kind=EventKind.TOOL_PERMISSIONS_CHANGED,
             actor=Actor.of_user(user),
             tool_name=tool.name,
             data={
