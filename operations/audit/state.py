@@ -15,6 +15,7 @@ from approvals.models import ApprovalRequest, Decision, Grant
 
 from ..canonical import intent_hash, sha256_hex
 from ..contracts import concurrency_value
+from ..machine import EventKind
 from ..models import Event, Operation, Resolution, ResolutionReview, Run, Tool, ToolVersion
 from ..payloads import iso
 from ..services.terms import RUN_BUDGET_COLUMNS, approval_terms, run_budgets, run_terms
@@ -40,7 +41,7 @@ class _Count(Subquery):
     output_field = IntegerField()
 
 
-def _events(kinds: str | tuple[str, ...], *, stream: Any, **data: Any) -> QuerySet:
+def _events(kinds: EventKind | tuple[EventKind, ...], *, stream: Any, **data: Any) -> QuerySet:
     """Events of ``kinds`` in ``stream`` whose data holds each of ``data`` (compared as
     text, the form of the ids the services write there)."""
     queryset = Event.objects.filter(
@@ -85,7 +86,7 @@ def _decisions() -> Iterator[Unexplained]:
     rows = Decision.objects.annotate(
         evented=Exists(
             _events(
-                "decision",
+                EventKind.DECISION,
                 stream=OuterRef("request__operation_id"),
                 approval=OuterRef("request_id"),
                 decision=OuterRef("decision"),
@@ -121,7 +122,7 @@ def _decisions() -> Iterator[Unexplained]:
 # not happen" for an irreversible tool) and those that settle one. A request may also
 # become withdrawn (its operation ended otherwise) or expired (while its operation was
 # not waiting for it) without an event of its own; pending is where every one starts.
-REQUEST_OPENED_BY = ("approval_requested", "grant_invalid", "reconciled")
+REQUEST_OPENED_BY = (EventKind.APPROVAL_REQUESTED, EventKind.GRANT_INVALID, EventKind.RECONCILED)
 
 
 def _opening(*, request: str, operation: str) -> dict[str, Any]:
@@ -236,8 +237,10 @@ def _grants() -> Iterator[Unexplained]:
     when a ``grant_revoked`` event says so."""
     stream = OuterRef("request__operation_id")
     rows = Grant.objects.annotate(
-        granted=_first_data(_events("granted", stream=stream, grant=OuterRef("pk"))),
-        revoked_evented=Exists(_events("grant_revoked", stream=stream, grant=OuterRef("pk"))),
+        granted=_first_data(_events(EventKind.GRANTED, stream=stream, grant=OuterRef("pk"))),
+        revoked_evented=Exists(
+            _events(EventKind.GRANT_REVOKED, stream=stream, grant=OuterRef("pk"))
+        ),
         **_opening(request="request_id", operation="request__operation"),
     ).values(
         "pk",
@@ -259,11 +262,11 @@ def _grants() -> Iterator[Unexplained]:
 
 
 REQUEST_STATUS_AFTER = {
-    "granted": ApprovalRequest.RequestStatus.APPROVED,
-    "rejected": ApprovalRequest.RequestStatus.REJECTED,
-    "grant_revoked": ApprovalRequest.RequestStatus.REVOKED,
-    "approval_expired": ApprovalRequest.RequestStatus.EXPIRED,
-    "superseded": ApprovalRequest.RequestStatus.SUPERSEDED,
+    EventKind.GRANTED: ApprovalRequest.RequestStatus.APPROVED,
+    EventKind.REJECTED: ApprovalRequest.RequestStatus.REJECTED,
+    EventKind.GRANT_REVOKED: ApprovalRequest.RequestStatus.REVOKED,
+    EventKind.APPROVAL_EXPIRED: ApprovalRequest.RequestStatus.EXPIRED,
+    EventKind.SUPERSEDED: ApprovalRequest.RequestStatus.SUPERSEDED,
 }
 REQUEST_STATUSES_WITHOUT_EVENT = {
     ApprovalRequest.RequestStatus.PENDING,
@@ -309,7 +312,9 @@ def _approval_requests() -> Iterator[Unexplained]:
             .values("kind")[:1]
         ),
         decision_rows=_Count(Decision.objects.filter(request=OuterRef("pk")).values("pk")),
-        decision_events=_Count(_events("decision", stream=stream, approval=approval).values("pk")),
+        decision_events=_Count(
+            _events(EventKind.DECISION, stream=stream, approval=approval).values("pk")
+        ),
     ).values(
         "pk",
         "operation_id",
@@ -352,7 +357,9 @@ def _resolutions() -> Iterator[Unexplained]:
     rows = Resolution.objects.annotate(
         evented=Exists(
             _events(
-                "resolution_proposed", stream=OuterRef("operation_id"), resolution=OuterRef("pk")
+                EventKind.RESOLUTION_PROPOSED,
+                stream=OuterRef("operation_id"),
+                resolution=OuterRef("pk"),
             ).filter(actor_user_id=OuterRef("declared_by_id"))
         )
     ).values("pk", "operation_id", "evented")
@@ -374,13 +381,17 @@ def _resolution_reviews() -> Iterator[Unexplained]:
     by_reviewer = Q(actor_user_id=OuterRef("user_id"))
     rows = ResolutionReview.objects.annotate(
         confirmed_evented=Exists(
-            _events("reconciled", stream=stream, resolution=resolution).filter(by_reviewer)
+            _events(EventKind.RECONCILED, stream=stream, resolution=resolution).filter(by_reviewer)
         ),
         disputed_evented=Exists(
-            _events("resolution_disputed", stream=stream, resolution=resolution).filter(by_reviewer)
+            _events(EventKind.RESOLUTION_DISPUTED, stream=stream, resolution=resolution).filter(
+                by_reviewer
+            )
         ),
         proposed_seq=Subquery(
-            _events("resolution_proposed", stream=stream, resolution=resolution).values("seq")[:1]
+            _events(EventKind.RESOLUTION_PROPOSED, stream=stream, resolution=resolution).values(
+                "seq"
+            )[:1]
         ),
         left_unknown=Exists(
             Event.objects.filter(stream=stream, seq__gt=OuterRef("proposed_seq")).exclude(
@@ -518,7 +529,7 @@ def _operations() -> Iterator[Unexplained]:
         )
         .exclude(from_status=F("before"))
     )
-    first = events.filter(seq=1, kind="registered")
+    first = events.filter(seq=1, kind=EventKind.REGISTERED)
     rows = Operation.objects.annotate(
         first_kind=Subquery(events.filter(seq=1).values("kind")[:1]),
         registered=_first_data(first),
@@ -527,7 +538,7 @@ def _operations() -> Iterator[Unexplained]:
         contract_effect_class=KeyTextTransform("effect_class", "tool_version__contract"),
         concurrency_key=KeyTransform("concurrency_key", "tool_version__contract"),
         last_to=Subquery(events.order_by("-seq").values("to_status")[:1]),
-        claims=_Count(events.filter(kind="claimed").values("pk")),
+        claims=_Count(events.filter(kind=EventKind.CLAIMED).values("pk")),
         jump_seq=Subquery(jumps.order_by("seq").values("seq")[:1]),
     ).values(
         "pk",
@@ -569,7 +580,7 @@ def _operations() -> Iterator[Unexplained]:
         problem = None
         if row["last_to"] is None:
             problem = "it has no event at all, not even registered"
-        elif row["first_kind"] != "registered":
+        elif row["first_kind"] != EventKind.REGISTERED:
             problem = f"its stream starts with {row['first_kind']}, not registered"
         elif differs:
             problem = f"its {', '.join(differs)} differ from its registered event"
@@ -609,7 +620,7 @@ def _runs() -> Iterator[Unexplained]:
     its principal; its budgets are the ones that event opened it with; its status is
     the last ``to``."""
     events = Event.objects.filter(stream=OuterRef("pk"))
-    created = events.filter(seq=1, kind="run_created")
+    created = events.filter(seq=1, kind=EventKind.RUN_CREATED)
     rows = Run.objects.annotate(
         first_kind=Subquery(events.filter(seq=1).values("kind")[:1]),
         last_to=Subquery(events.order_by("-seq").values("to_status")[:1]),
@@ -630,7 +641,7 @@ def _runs() -> Iterator[Unexplained]:
     )
     for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
         problem = None
-        if row["first_kind"] != "run_created" or not isinstance(row["created"], dict):
+        if row["first_kind"] != EventKind.RUN_CREATED or not isinstance(row["created"], dict):
             problem = "its stream does not start with run_created"
         elif row["created_by"] != row["runner_id"]:
             problem = (
@@ -655,7 +666,9 @@ def _tools() -> Iterator[Unexplained]:
     """Every contract version is the one its ``contract_registered`` event hashed, and
     a tool's active version is the one its last activating event (a registration that
     activated, or a person's activation) named."""
-    activating = Q(kind="contract_activated") | Q(kind="contract_registered", data__active=True)
+    activating = Q(kind=EventKind.CONTRACT_ACTIVATED) | Q(
+        kind=EventKind.CONTRACT_REGISTERED, data__active=True
+    )
     for tool in (
         Tool.objects.order_by("pk")
         .values("pk", "active_version__number")
@@ -664,7 +677,9 @@ def _tools() -> Iterator[Unexplained]:
         events = Event.objects.filter(stream=f"tool:{tool['pk']}")
         registered = {
             data.get("version"): data.get("contract_hash")
-            for data in events.filter(kind="contract_registered").values_list("data", flat=True)
+            for data in events.filter(kind=EventKind.CONTRACT_REGISTERED).values_list(
+                "data", flat=True
+            )
         }
         versions = ToolVersion.objects.filter(tool_id=tool["pk"]).order_by("number")
         for version in versions.values("pk", "number", "contract", "contract_hash").iterator(
@@ -700,7 +715,7 @@ def _escalations() -> Iterator[Unexplained]:
     dated before the request's ``escalate_at`` (an edited copy's, which inherits the
     original's escalation, may be)."""
     escalated = _events(
-        "approval_escalated",
+        EventKind.APPROVAL_ESCALATED,
         stream=OuterRef("operation_id"),
         approval=OuterRef("pk"),
         group=OuterRef("escalate_to"),
@@ -741,7 +756,11 @@ def _edits() -> Iterator[Unexplained]:
         Operation.objects.exclude(superseded_by=None)
         .annotate(
             evented=Exists(
-                _events("superseded", stream=OuterRef("pk"), successor=OuterRef("superseded_by_id"))
+                _events(
+                    EventKind.SUPERSEDED,
+                    stream=OuterRef("pk"),
+                    successor=OuterRef("superseded_by_id"),
+                )
             )
         )
         .values("pk", "evented")

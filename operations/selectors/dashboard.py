@@ -18,7 +18,7 @@ from django.db.models.functions import TruncDate
 from approvals.models import ApprovalRequest
 
 from .. import access
-from ..machine import TERMINAL, Status
+from ..machine import TERMINAL, EventKind, Status
 from ..models import (
     Event,
     Operation,
@@ -136,14 +136,14 @@ def dashboard_unknown_rate(*, user: Any, start: datetime, days: int) -> list[dic
     queryset = (
         Event.objects.filter(
             Q(at__gte=start, at__lt=start + timedelta(days=days))
-            & Q(kind__in=["outcome", "lease_expired"])
+            & Q(kind__in=[EventKind.OUTCOME, EventKind.LEASE_EXPIRED])
             & access.visible_filter(user, "tool_name")
         )
         .annotate(day=TruncDate("at", tzinfo=UTC))
         .values("day")
         .annotate(
             outcomes=Count("id"),
-            unknown=Count("id", filter=Q(kind="lease_expired") | Q(data__kind="unknown")),
+            unknown=Count("id", filter=Q(kind=EventKind.LEASE_EXPIRED) | Q(data__kind="unknown")),
         )
     )
     for row in queryset:

@@ -19,7 +19,7 @@ from approvals.models import ApprovalRequest
 
 from .. import access, search
 from ..errors import NotFound
-from ..machine import Status
+from ..machine import EventKind, Status
 from ..models import (
     Event,
     InboundEvent,
@@ -269,11 +269,21 @@ def operation_trace(op: Operation) -> dict[str, Any]:
             .prefetch_related("delivery_attempts")
             .order_by("created_at", "id")
         ),
-        "probes": [e for e in events if e.kind in {"probe", "reconciled", "late_success"}],
+        "probes": [
+            e
+            for e in events
+            if e.kind in {EventKind.PROBE, EventKind.RECONCILED, EventKind.LATE_SUCCESS}
+        ],
         "notes": [
             e
             for e in events
-            if e.kind in {"note", "snoozed", "resolution_proposed", "resolution_disputed"}
+            if e.kind
+            in {
+                EventKind.NOTE,
+                EventKind.SNOOZED,
+                EventKind.RESOLUTION_PROPOSED,
+                EventKind.RESOLUTION_DISPUTED,
+            }
         ],
     }
 
@@ -554,10 +564,19 @@ def inbound_events_for_user(
     return queryset.order_by("-received_at", "-id")
 
 
+BREAKER_EVENT_KINDS = (
+    EventKind.BREAKER_OPENED,
+    EventKind.BREAKER_HALF_OPEN,
+    EventKind.BREAKER_CLOSED,
+    EventKind.BREAKER_FORCED_OPEN,
+    EventKind.BREAKER_FORCED_CLOSED,
+)
+
+
 def tool_breaker_history(tool: Tool, limit: int = 20) -> list[Event]:
     """The latest circuit-breaker changes of a tool, newest first."""
     return list(
-        Event.objects.filter(stream=f"tool:{tool.name}", kind__startswith="breaker_").order_by(
+        Event.objects.filter(stream=f"tool:{tool.name}", kind__in=BREAKER_EVENT_KINDS).order_by(
             "-seq"
         )[:limit]
     )
