@@ -14,56 +14,14 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from operations import selectors
+from operations.machine import EventKind
 
 from ..pagination import keyset_page
 from .common import datetime_param, text_param
 
-# Suggestions for the action filter; any kind can be typed.
-KNOWN_KINDS = [
-    "registered",
-    "approval_requested",
-    "decision",
-    "granted",
-    "rejected",
-    "approval_expired",
-    "approval_escalated",
-    "superseded",
-    "grant_revoked",
-    "grant_invalid",
-    "claimed",
-    "heartbeat",
-    "outcome",
-    "outcome_conflict",
-    "lease_expired",
-    "late_outcome",
-    "late_success",
-    "budget_exhausted",
-    "cancelled",
-    "probe",
-    "reconciled",
-    "resolution_proposed",
-    "resolution_disputed",
-    "snoozed",
-    "note",
-    "compensation",
-    "inbound_evidence",
-    "run_created",
-    "run_cancelled",
-    "run_expired",
-    "contract_registered",
-    "contract_activated",
-    "runner_created",
-    "token_created",
-    "token_revoked",
-    "webhook_endpoint_created",
-    "webhook_endpoint_deleted",
-    "webhook_endpoint_disabled",
-    "webhook_secret_rotated",
-    "webhook_redelivery",
-    "signed_in",
-    "signed_out",
-    "sessions_ended",
-]
+# Suggestions for the action filter: every kind of event the ledger writes; any text can
+# be typed.
+KNOWN_KINDS = list(EventKind)
 
 EXPORT_FIELDS = [
     "id",

@@ -3,6 +3,7 @@
 import csv
 import io
 import json
+import re
 from datetime import timedelta
 
 from django.contrib.auth import get_user_model
@@ -12,6 +13,7 @@ from django.utils import timezone
 
 from console import accounts, pagination
 from operations import services
+from operations.machine import EventKind
 from operations.models import Event
 
 from .conftest import client_for
@@ -52,6 +54,28 @@ def test_filters_by_actor_action_tool_and_time(world, superuser):
     assert len(_events(client.get("/audit/", {"until": later}))) == len(
         _events(client.get("/audit/"))
     )
+
+
+def test_the_action_filter_suggests_every_event_kind(superuser):
+    """The suggestions are the ledger's vocabulary, people's second factors and the
+    breakers included, and they still filter."""
+    accounts.user_account_record(
+        user=superuser, kind=EventKind.SECOND_FACTOR_FAILED, data={"during": "verify"}
+    )
+    client = client_for(superuser)
+    response = client.get("/audit/")
+    assert response.status_code == 200
+    datalist = re.search(
+        r'<datalist id="audit-kinds">(.*?)</datalist>', response.content.decode(), re.S
+    )
+    assert datalist is not None
+    offered = re.findall(r'<option value="([^"]*)">', datalist.group(1))
+    assert offered == [kind.value for kind in EventKind]
+    failed = _events(client.get("/audit/", {"kind": "second_factor_failed"}))
+    assert [(event.stream, event.kind) for event in failed] == [
+        (f"user:{superuser.pk}", "second_factor_failed")
+    ]
+    assert Event.objects.filter(kind="second_factor_failed").count() == 1
 
 
 def test_keyset_pages_of_events(world, superuser, monkeypatch):
