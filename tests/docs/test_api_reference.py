@@ -20,7 +20,7 @@ from approvals import errors as approval_errors
 from approvals.errors import Refusal
 from operations import errors as operation_errors
 from operations.http import problems, serializers
-from operations.machine import Status
+from operations.machine import EventKind, Status
 from tests.docs.blocks import DOCS, ROOT, all_blocks, fenced_blocks
 
 API_MD = DOCS / "api.md"
@@ -196,6 +196,39 @@ def test_every_webhook_event_type_is_documented():
 
 
 # --- the docs stand on their own (and refer to nothing outside: test_references.py) ------
+
+
+# --- event kinds --------------------------------------------------------------------------
+
+
+def _documented_event_kinds() -> tuple[set[str], set[str]]:
+    """The kinds the Reading section names: those of an operation's stream (the ``kind``
+    row of the event table) and those of the other streams (the paragraph after it)."""
+    section = _section(_api_text(), "Reading")
+    row = next((line for line in section.splitlines() if line.startswith("| `kind` |")), "")
+    others = next(
+        (part for part in section.split("\n\n") if part.startswith("The ledger's other streams")),
+        "",
+    )
+    assert row, "the event table of docs/api.md's Reading section has no `kind` row"
+    assert others, "docs/api.md's Reading section no longer lists the other streams' kinds"
+    return _spans(row.split("|")[2]), _spans(others)
+
+
+def test_the_documented_event_kinds_are_exactly_the_ones_the_server_writes():
+    on_operations, elsewhere = _documented_event_kinds()
+    assert {"registered", "claimed", "webhook_redelivery"} <= on_operations
+    assert {"run_created", "token_created", "signed_in", "archived"} <= elsewhere
+    assert not on_operations & elsewhere, "a kind is listed on two kinds of stream"
+    written = {kind.value for kind in EventKind}
+    documented = on_operations | elsewhere
+    assert not written - documented, (
+        "docs/api.md's Reading section does not list these event kinds "
+        f"(operations.machine.EventKind): {sorted(written - documented)}"
+    )
+    assert not documented - written, (
+        f"docs/api.md's Reading section lists kinds no code writes: {sorted(documented - written)}"
+    )
 
 
 def _json_problem(content: str) -> str | None:
