@@ -182,6 +182,10 @@ def tool_invoker_set(*, tool: Tool, runner: Runner, allow: bool, actor: Actor) -
     runner a person restricted cannot allow itself back onto its own tool.
     """
     if actor.runner is None:
+        if actor.user is None:
+            raise PermissionRefused(
+                "A tool's owner or a person who manages runners allows runners on a tool."
+            )
         access.require_administer_tools(actor.user)
     elif actor.runner.pk == runner.pk:
         raise errors.ToolNotOwned(
