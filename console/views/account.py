@@ -32,7 +32,11 @@ def _next(request: HttpRequest) -> str:
 
 
 def _page(
-    request: HttpRequest, *, pending=None, form: CodeForm | None = None, status: int = 200
+    request: AuthenticatedHttpRequest,
+    *,
+    pending=None,
+    form: CodeForm | None = None,
+    status: int = 200,
 ) -> HttpResponse:
     context = {
         "devices": security.second_factor_devices(request.user),
