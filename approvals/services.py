@@ -8,7 +8,7 @@ can write the event beside it.
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from .errors import DecisionRefused, PermissionRefused
 from .models import ApprovalRequest, Decision, Grant
+from .people import Person
 
 Status = ApprovalRequest.RequestStatus
 
@@ -32,7 +33,7 @@ def request_open(
     context: dict[str, Any],
     escalate_after_s: int | None = None,
     escalate_to: str = "",
-    now=None,
+    now: datetime | None = None,
 ) -> ApprovalRequest:
     """Open a pending request for ``operation`` (an ``operations.Operation``); with
     ``escalate_after_s`` it is offered to the group ``escalate_to`` from then on."""
@@ -51,7 +52,7 @@ def request_open(
     )
 
 
-def request_escalate(*, request: ApprovalRequest, now) -> bool:
+def request_escalate(*, request: ApprovalRequest, now: datetime) -> bool:
     """Offer a pending request to its escalation group now. True if this call did it."""
     changed = ApprovalRequest.objects.filter(
         pk=request.pk,
@@ -72,7 +73,7 @@ def request_escalation_inherit(*, request: ApprovalRequest, source: ApprovalRequ
     request.save(update_fields=["escalate_at", "escalate_to", "escalated_at"])
 
 
-def request_withdraw(*, request: ApprovalRequest, now=None) -> bool:
+def request_withdraw(*, request: ApprovalRequest, now: datetime | None = None) -> bool:
     """Withdraw a pending request (its operation ended otherwise). True if it was pending."""
     changed = ApprovalRequest.objects.filter(pk=request.pk, status=Status.PENDING).update(
         status=Status.WITHDRAWN, decided_at=now or timezone.now()
@@ -93,11 +94,11 @@ class DecisionResult:
 def decision_record(
     *,
     request: ApprovalRequest,
-    user: Any,
+    user: Person,
     approve: bool,
     comment: str,
     refusal: str | None,
-    now=None,
+    now: datetime | None = None,
 ) -> DecisionResult:
     """Record one person's decision on a pending request (the caller holds the lock).
 
@@ -148,7 +149,7 @@ def decision_record(
     return DecisionResult(decision=decision, request=request, grant=grant, outcome=outcome)
 
 
-def decision_check(*, request: ApprovalRequest, refusal: str | None, now) -> None:
+def decision_check(*, request: ApprovalRequest, refusal: str | None, now: datetime) -> None:
     """Refuse a decision on a request that takes none, or by a person who may not."""
     if request.status != Status.PENDING:
         raise DecisionRefused(f"This request is {request.status}; it takes no more decisions.")
@@ -158,14 +159,16 @@ def decision_check(*, request: ApprovalRequest, refusal: str | None, now) -> Non
         raise PermissionRefused(refusal)
 
 
-def request_supersede(*, request: ApprovalRequest, now) -> None:
+def request_supersede(*, request: ApprovalRequest, now: datetime) -> None:
     """A person approved with changes: this request ends, the successor's carries on."""
     request.status = Status.SUPERSEDED
     request.decided_at = now
     request.save(update_fields=["status", "decided_at"])
 
 
-def grant_revoke(*, request: ApprovalRequest, user: Any, reason: str, now=None) -> Grant:
+def grant_revoke(
+    *, request: ApprovalRequest, user: Person, reason: str, now: datetime | None = None
+) -> Grant:
     now = now or timezone.now()
     grant = Grant.objects.select_for_update().get(request=request)
     if grant.revoked_at is not None:
@@ -179,7 +182,7 @@ def grant_revoke(*, request: ApprovalRequest, user: Any, reason: str, now=None) 
     return grant
 
 
-def request_expire(*, request: ApprovalRequest, now=None) -> bool:
+def request_expire(*, request: ApprovalRequest, now: datetime | None = None) -> bool:
     """Mark a pending request past its expiry as expired. True if this call did it."""
     now = now or timezone.now()
     changed = ApprovalRequest.objects.filter(
@@ -193,8 +196,8 @@ def grant_problem(
     *,
     request: ApprovalRequest,
     intent_hash: str,
-    still_decides: Callable[[Any], bool],
-    now=None,
+    still_decides: Callable[[Person], bool],
+    now: datetime | None = None,
 ) -> str | None:
     """Why the grant behind ``request`` cannot be used to claim now, or None.
 

@@ -10,6 +10,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from approvals.people import Person
 from operations.machine import EventKind
 from operations.models import Event
 from operations.services import Actor, event_append
@@ -25,14 +26,14 @@ ACCOUNT_EVENT_KINDS = frozenset(
 )
 
 
-def _append(*, user: Any, kind: str, actor: Actor, data: dict[str, Any]) -> Event:
+def _append(*, user: Person, kind: str, actor: Actor, data: dict[str, Any]) -> Event:
     with transaction.atomic():
         # The person's row is the stream's lock: two sign-ins at once append in turn.
         get_user_model().objects.select_for_update().filter(pk=user.pk).exists()
         return event_append(stream=f"user:{user.pk}", kind=EventKind(kind), actor=actor, data=data)
 
 
-def user_session_record(*, user: Any, kind: str, ip: str = "") -> Event:
+def user_session_record(*, user: Person, kind: str, ip: str = "") -> Event:
     """Append ``signed_in`` or ``signed_out`` to the person's stream."""
     if kind not in SESSION_EVENT_KINDS:
         raise ValueError(f"Not a session event: {kind!r}.")
@@ -40,7 +41,7 @@ def user_session_record(*, user: Any, kind: str, ip: str = "") -> Event:
 
 
 def user_account_record(
-    *, user: Any, kind: str, actor: Actor | None = None, data: dict[str, Any] | None = None
+    *, user: Person, kind: str, actor: Actor | None = None, data: dict[str, Any] | None = None
 ) -> Event:
     """Append an account security event (second factor, sessions ended) to the person's
     stream; ``actor`` is the person unless someone else acted."""

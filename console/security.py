@@ -13,6 +13,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.sessions.models import Session
 from django.utils import timezone
 
+from approvals.people import Person
 from operations.machine import EventKind
 
 # Session keys: when the person signed in, and when they last did something.
@@ -76,7 +77,7 @@ def session_touch(session: Any, *, now: float | None = None) -> None:
         session[SEEN_AT] = int(now)
 
 
-def sessions_end_for_user(user: Any) -> int:
+def sessions_end_for_user(user: Person) -> int:
     """Delete every stored session signed in as ``user``; returns how many.
 
     Sessions are keyed by a random id, not by person, so this reads the unexpired ones;
@@ -94,7 +95,7 @@ def sessions_end_for_user(user: Any) -> int:
     return len(doomed)
 
 
-def is_active_changed_to_false(user: Any) -> bool:
+def is_active_changed_to_false(user: Person) -> bool:
     """True when ``user`` (about to be saved) is being deactivated."""
     if user.pk is None or user.is_active:
         return False
@@ -107,13 +108,13 @@ def is_active_changed_to_false(user: Any) -> bool:
 # in the person's audit stream.
 
 
-def second_factor_devices(user: Any) -> list[Any]:
+def second_factor_devices(user: Person) -> list[Any]:
     from django_otp.plugins.otp_totp.models import TOTPDevice
 
     return list(TOTPDevice.objects.filter(user=user, confirmed=True).order_by("id"))
 
 
-def second_factor_start(*, user: Any, verified: bool) -> Any:
+def second_factor_start(*, user: Person, verified: bool) -> Any:
     """A new, unconfirmed authenticator for ``user`` (replacing an unfinished one).
 
     Someone who already has an authenticator must verify this session with it first:
@@ -133,7 +134,7 @@ def second_factor_start(*, user: Any, verified: bool) -> Any:
         return TOTPDevice.objects.create(user=user, name="Authenticator app", confirmed=False)
 
 
-def second_factor_pending(user: Any) -> Any:
+def second_factor_pending(user: Person) -> Any:
     from django_otp.plugins.otp_totp.models import TOTPDevice
 
     return TOTPDevice.objects.filter(user=user, confirmed=False).order_by("-id").first()

@@ -9,6 +9,7 @@ from django.contrib.auth.signals import user_logged_in, user_logged_out, user_lo
 from django.db.models.signals import post_save, pre_save
 from django.dispatch import receiver
 
+from approvals.people import Person
 from operations.machine import EventKind
 from operations.services import Actor
 
@@ -22,14 +23,14 @@ def _ip(request: Any) -> str:
 
 
 @receiver(user_logged_in, dispatch_uid="console.signed_in")
-def _signed_in(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+def _signed_in(sender: Any, request: Any, user: Person, **kwargs: Any) -> None:
     if request is not None and hasattr(request, "session"):
         security.session_start(request.session)
     accounts.user_session_record(user=user, kind=EventKind.SIGNED_IN, ip=_ip(request))
 
 
 @receiver(user_logged_out, dispatch_uid="console.signed_out")
-def _signed_out(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
+def _signed_out(sender: Any, request: Any, user: Person | None, **kwargs: Any) -> None:
     # Signing out without a session (an expired one) has nobody to record.
     if user is not None and user.is_authenticated:
         accounts.user_session_record(user=user, kind=EventKind.SIGNED_OUT, ip=_ip(request))

@@ -15,7 +15,6 @@ import hmac
 import ipaddress
 import unicodedata
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -26,6 +25,7 @@ from guardian.shortcuts import get_objects_for_user, get_users_with_perms
 
 from approvals.errors import PermissionRefused
 from approvals.models import ApprovalRequest
+from approvals.people import Person
 
 from .machine import EffectClass
 from .models import Operation, Runner, Tool, ToolVersion
@@ -49,7 +49,7 @@ SECOND_FACTOR_REFUSAL = (
 )
 
 
-def _holds(user: Any, perm: str, tool: Tool | None = None) -> bool:
+def _holds(user: Person, perm: str, tool: Tool | None = None) -> bool:
     """An active person holding ``perm`` everywhere or, when ``tool`` is given, on it.
 
     Django's model backend ignores global permissions when asked about an object, so
@@ -85,12 +85,12 @@ def runner_may_invoke(runner: Runner, tool: Tool) -> bool:
 # Deciding on approval requests
 
 
-def may_hold_decide(user: Any, tool: Tool) -> bool:
+def may_hold_decide(user: Person, tool: Tool) -> bool:
     """The permission part of deciding: also asked of each decider at every claim."""
     return _holds(user, DECIDE, tool)
 
 
-def escalated_to_user(user: Any, request: ApprovalRequest) -> bool:
+def escalated_to_user(user: Person, request: ApprovalRequest) -> bool:
     """Whether ``request`` was escalated (contract ``approval.escalate_to``) to a group
     ``user`` belongs to: its members may decide it as if they held the permission."""
     return bool(
@@ -101,13 +101,13 @@ def escalated_to_user(user: Any, request: ApprovalRequest) -> bool:
     )
 
 
-def may_decide_on(user: Any, *, request: ApprovalRequest, tool: Tool) -> bool:
+def may_decide_on(user: Person, *, request: ApprovalRequest, tool: Tool) -> bool:
     """The permission part of deciding on one request: the tool's permission, or its
     escalation group. Asked when deciding and of each decider again at every claim."""
     return may_hold_decide(user, tool) or escalated_to_user(user, request)
 
 
-def escalation_members(request: ApprovalRequest) -> list[Any]:
+def escalation_members(request: ApprovalRequest) -> list[Person]:
     """Active members of the group ``request`` was escalated to (whom to tell)."""
     if request.escalated_at is None or not request.escalate_to:
         return []
@@ -168,7 +168,7 @@ def barred_user_ids(*, request: ApprovalRequest, op: Operation) -> set[int]:
 
 
 def decide_refusal(
-    *, user: Any, request: ApprovalRequest, op: Operation, otp_verified: bool = False
+    *, user: Person, request: ApprovalRequest, op: Operation, otp_verified: bool = False
 ) -> str | None:
     """Why ``user`` may not decide on ``request`` now, or None if they may.
 
@@ -191,11 +191,11 @@ def decide_refusal(
     return None
 
 
-def may_revoke(user: Any, tool: Tool) -> bool:
+def may_revoke(user: Person, tool: Tool) -> bool:
     return may_hold_decide(user, tool)
 
 
-def require_revoke(user: Any, tool: Tool) -> None:
+def require_revoke(user: Person, tool: Tool) -> None:
     if not may_revoke(user, tool):
         raise PermissionRefused("You may not revoke grants for this tool.")
 
@@ -204,16 +204,16 @@ def require_revoke(user: Any, tool: Tool) -> None:
 # Reconciling, redelivering
 
 
-def may_reconcile(user: Any, tool: Tool) -> bool:
+def may_reconcile(user: Person, tool: Tool) -> bool:
     return _holds(user, RECONCILE, tool)
 
 
-def require_reconcile(user: Any, tool: Tool) -> None:
+def require_reconcile(user: Person, tool: Tool) -> None:
     if not may_reconcile(user, tool):
         raise PermissionRefused(f"You may not reconcile operations of {tool.name}.")
 
 
-def may_redeliver(user: Any, op: Operation) -> bool:
+def may_redeliver(user: Person, op: Operation) -> bool:
     """People who decide on or reconcile a tool may ask for a webhook again."""
     return may_reconcile(user, op.tool) or may_hold_decide(user, op.tool)
 
@@ -222,7 +222,7 @@ def may_redeliver(user: Any, op: Operation) -> bool:
 # Tools: activation and breakers
 
 
-def activate_refusal(user: Any, version: ToolVersion) -> str | None:
+def activate_refusal(user: Person, version: ToolVersion) -> str | None:
     """Why ``user`` may not activate ``version``, or None. The owner of the runner that
     registered it never may: a leaked runner token must not switch protection off with
     its owner's help."""
@@ -240,7 +240,7 @@ def activate_refusal(user: Any, version: ToolVersion) -> str | None:
 TOOL_PERMISSION_LABELS = ((DECIDE, "decide"), (RECONCILE, "reconcile"), (ACTIVATE, "activate"))
 
 
-def tool_permissions_held(user: Any, tools: Sequence[Tool]) -> dict[str, list[str]]:
+def tool_permissions_held(user: Person, tools: Sequence[Tool]) -> dict[str, list[str]]:
     """For each of ``tools``, which of decide / reconcile / activate ``user`` holds; one
     query for the object permissions of them all."""
     if not user.is_active:
@@ -258,23 +258,23 @@ def tool_permissions_held(user: Any, tools: Sequence[Tool]) -> dict[str, list[st
     }
 
 
-def may_manage_tool_permissions(user: Any) -> bool:
+def may_manage_tool_permissions(user: Person) -> bool:
     """Who may set who decides, reconciles and activates on a tool (the admin's object
     permission pages): the built-in model permission ``operations.change_tool``. No
     column of a tool changes in the admin; this is all that permission allows."""
     return _holds(user, MANAGE_TOOL_PERMISSIONS)
 
 
-def require_manage_tool_permissions(user: Any) -> None:
+def require_manage_tool_permissions(user: Person) -> None:
     if not may_manage_tool_permissions(user):
         raise PermissionRefused("Setting permissions on tools needs the 'change tool' permission.")
 
 
-def may_operate_breaker(user: Any, tool: Tool) -> bool:
+def may_operate_breaker(user: Person, tool: Tool) -> bool:
     return _holds(user, ACTIVATE, tool)
 
 
-def require_operate_breaker(user: Any, tool: Tool) -> None:
+def require_operate_breaker(user: Person, tool: Tool) -> None:
     if not may_operate_breaker(user, tool):
         raise PermissionRefused("You may not operate the circuit breaker of this tool.")
 
@@ -283,33 +283,33 @@ def require_operate_breaker(user: Any, tool: Tool) -> None:
 # Runs and runners
 
 
-def may_administer_tools(user: Any) -> bool:
+def may_administer_tools(user: Person) -> bool:
     """Who may transfer a tool to another runner and allow runners on it: those who
     manage runners (the ``change runner`` permission)."""
     return may_manage_runners(user)
 
 
-def require_administer_tools(user: Any) -> None:
+def require_administer_tools(user: Person) -> None:
     if not may_administer_tools(user):
         raise PermissionRefused("Transferring tools needs the 'change runner' permission.")
 
 
-def may_cancel_run(user: Any) -> bool:
+def may_cancel_run(user: Person) -> bool:
     return _holds(user, CANCEL_RUN)
 
 
-def require_cancel_run(user: Any) -> None:
+def require_cancel_run(user: Person) -> None:
     if not may_cancel_run(user):
         raise PermissionRefused("Cancelling runs needs the 'change run' permission.")
 
 
-def may_manage_runners(user: Any) -> bool:
+def may_manage_runners(user: Person) -> bool:
     """Who may list runners' tokens, issue and revoke them: the built-in model
     permission ``operations.change_runner`` (superusers hold every permission)."""
     return _holds(user, MANAGE_RUNNERS)
 
 
-def require_manage_runners(user: Any) -> None:
+def require_manage_runners(user: Person) -> None:
     if not may_manage_runners(user):
         raise PermissionRefused("Managing runner tokens needs the 'change runner' permission.")
 
@@ -318,7 +318,7 @@ def require_manage_runners(user: Any) -> None:
 # What a person sees
 
 
-def tools_for_user(user: Any, perms: list[str] | None = None) -> QuerySet[Tool]:
+def tools_for_user(user: Person, perms: list[str] | None = None) -> QuerySet[Tool]:
     """Tools on which ``user`` holds any of ``perms`` (default: decide or reconcile)."""
     if not user.is_active:
         return Tool.objects.none()
@@ -327,7 +327,7 @@ def tools_for_user(user: Any, perms: list[str] | None = None) -> QuerySet[Tool]:
     )
 
 
-def people_holding(perm: str, tool: Tool) -> list[Any]:
+def people_holding(perm: str, tool: Tool) -> list[Person]:
     """Active people holding ``perm`` on ``tool``: on it, through a group, or for every
     tool; superusers by that status alone are left out. Whom to tell (notifications); each
     act is still judged by the rules above when it happens."""
@@ -357,11 +357,11 @@ def may_scrape_metrics(*, authorization: str, address: str) -> bool:
     return any(client in network for network in settings.METRICS_ALLOWED_NETWORKS)
 
 
-def sees_everything(user: Any) -> bool:
+def sees_everything(user: Person) -> bool:
     return bool(user.is_active and user.is_superuser)
 
 
-def visible_tool_names(user: Any) -> list[str] | None:
+def visible_tool_names(user: Person) -> list[str] | None:
     """The names of the tools whose operations ``user`` sees (those they may decide on
     or reconcile), or None for every tool. The tools table is small; a literal list
     (rather than the permission subquery) lets the database plan the big tables' scans
@@ -374,7 +374,7 @@ def visible_tool_names(user: Any) -> list[str] | None:
     return names
 
 
-def visible_filter(user: Any, field: str) -> Q:
+def visible_filter(user: Person, field: str) -> Q:
     """A filter on ``field`` (a tool name column) keeping what ``user`` may see."""
     if not user.is_active:
         return Q(pk__in=[])

@@ -11,6 +11,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth.models import Group
 from django.http import HttpRequest
 from guardian.admin import (
     AdminGroupObjectPermissionsForm,
@@ -20,6 +21,7 @@ from guardian.admin import (
 
 from approvals.admin import ReadOnlyAdmin
 from approvals.errors import Refusal
+from approvals.people import Person
 
 from . import access, services
 from .models import Attempt, Event, Operation, Run, Runner, RunnerToken, Tool, ToolVersion
@@ -37,7 +39,8 @@ class _ToolPermissionsForm:
     """Guardian's permission form, saved through ``services.tool_permissions_set`` (one
     event per change) and offering only the permissions people hold on a tool."""
 
-    acting_user: Any = None
+    # Set by ToolAdmin's form factories below to the person signed in to the admin.
+    acting_user: Person
     holder: Any
     obj: Any
     cleaned_data: dict[str, Any]
@@ -56,13 +59,13 @@ class _ToolPermissionsForm:
 
 class _UserToolPermissionsForm(_ToolPermissionsForm, AdminUserObjectPermissionsForm):
     @property
-    def holder(self) -> Any:
+    def holder(self) -> Person:
         return self.user
 
 
 class _GroupToolPermissionsForm(_ToolPermissionsForm, AdminGroupObjectPermissionsForm):
     @property
-    def holder(self) -> Any:
+    def holder(self) -> Group:
         return self.group
 
 

@@ -15,6 +15,7 @@ from django.views.decorators.http import require_GET, require_http_methods, requ
 from approvals.errors import Refusal
 
 from .. import security
+from ..middleware import AuthenticatedHttpRequest
 
 
 class CodeForm(forms.Form):
@@ -31,7 +32,11 @@ def _next(request: HttpRequest) -> str:
 
 
 def _page(
-    request: HttpRequest, *, pending=None, form: CodeForm | None = None, status: int = 200
+    request: AuthenticatedHttpRequest,
+    *,
+    pending=None,
+    form: CodeForm | None = None,
+    status: int = 200,
 ) -> HttpResponse:
     context = {
         "devices": security.second_factor_devices(request.user),
@@ -51,14 +56,14 @@ def _page(
 
 @require_GET
 @login_required
-def account(request: HttpRequest) -> HttpResponse:
+def account(request: AuthenticatedHttpRequest) -> HttpResponse:
     return _page(request)
 
 
 @never_cache
 @require_POST
 @login_required
-def totp_start(request: HttpRequest) -> HttpResponse:
+def totp_start(request: AuthenticatedHttpRequest) -> HttpResponse:
     try:
         device = security.second_factor_start(
             user=request.user, verified=security.session_verified(request)
@@ -72,7 +77,7 @@ def totp_start(request: HttpRequest) -> HttpResponse:
 @never_cache
 @require_POST
 @login_required
-def totp_confirm(request: HttpRequest) -> HttpResponse:
+def totp_confirm(request: AuthenticatedHttpRequest) -> HttpResponse:
     device = security.second_factor_pending(request.user)
     if device is None:
         messages.error(request, "Start the setup again.")
@@ -90,7 +95,7 @@ def totp_confirm(request: HttpRequest) -> HttpResponse:
 @never_cache
 @require_http_methods(["GET", "POST"])
 @login_required
-def verify(request: HttpRequest) -> HttpResponse:
+def verify(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Enter a code from the authenticator app; the session is verified until it ends."""
     has_device = bool(security.second_factor_devices(request.user))
     form = CodeForm(request.POST or None)

@@ -1,11 +1,9 @@
 """One approval request: the intent as approvers see it, what changed since the last
 decision on the same call, deciding, and revoking the grant."""
 
-from typing import Any
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -18,7 +16,7 @@ from operations.errors import NotFound
 
 from .. import security
 from ..forms import DecisionForm, RevokeForm, editable_fields, parse_edits
-from ..middleware import HtmxHttpRequest
+from ..middleware import AuthenticatedHtmxRequest, AuthenticatedHttpRequest
 from ..presenters import changes, flatten
 from .common import found, partial
 
@@ -31,7 +29,7 @@ def _intent_document(op) -> str:
 
 @require_GET
 @login_required
-def approval_detail(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
+def approval_detail(request: AuthenticatedHtmxRequest, approval_id: str) -> HttpResponse:
     approval = found(selectors.approval_get_for_user, user=request.user, approval_id=approval_id)
     op = approval.operation
     now = timezone.now()
@@ -91,7 +89,7 @@ def approval_detail(request: HtmxHttpRequest, approval_id: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
+def approval_decide(request: AuthenticatedHttpRequest, approval_id: str) -> HttpResponse:
     approval = found(selectors.approval_get_for_user, user=request.user, approval_id=approval_id)
     form = DecisionForm(request.POST)
     if not form.is_valid():
@@ -134,11 +132,11 @@ def approval_decide(request: HttpRequest, approval_id: str) -> HttpResponse:
     return redirect("console:inbox")
 
 
-def _next_for(request: HttpRequest, *, after: str) -> str | None:
+def _next_for(request: AuthenticatedHttpRequest, *, after: str) -> str | None:
     """The next request in inbox order that this person may decide now, if any: after a
     decision the reviewer goes on to it instead of back to the top of the inbox."""
     verified = security.session_verified(request)
-    person: Any = request.user  # signed in (login_required)
+    person = request.user
     candidates = (
         selectors.requests_pending_for_user(user=person)
         .filter(expires_at__gt=timezone.now())
@@ -157,7 +155,7 @@ def _next_for(request: HttpRequest, *, after: str) -> str | None:
 
 @require_POST
 @login_required
-def approval_revoke(request: HttpRequest, approval_id: str) -> HttpResponse:
+def approval_revoke(request: AuthenticatedHttpRequest, approval_id: str) -> HttpResponse:
     approval = found(selectors.approval_get_for_user, user=request.user, approval_id=approval_id)
     form = RevokeForm(request.POST)
     if not form.is_valid():
@@ -176,7 +174,7 @@ def approval_revoke(request: HttpRequest, approval_id: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def approvals_decide_many(request: HttpRequest) -> HttpResponse:
+def approvals_decide_many(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Approve or reject the requests selected in the inbox, each as if decided on its
     own page (quorum, separation of duties, permissions: the same service), and each
     only if it is still the intent the inbox showed (``request`` values carry the

@@ -16,6 +16,7 @@ from django.views.decorators.http import require_GET
 from operations import selectors
 from operations.machine import EventKind
 
+from ..middleware import AuthenticatedHttpRequest
 from ..pagination import keyset_page
 from .common import datetime_param, text_param
 
@@ -53,7 +54,7 @@ def _filters(request: HttpRequest) -> dict[str, Any]:
 
 @require_GET
 @login_required
-def audit(request: HttpRequest) -> HttpResponse:
+def audit(request: AuthenticatedHttpRequest) -> HttpResponse:
     filters = _filters(request)
     queryset = selectors.audit_events(user=request.user, **filters).select_related(
         "actor_user", "actor_runner"
@@ -108,7 +109,7 @@ def _json_lines(queryset) -> Iterator[str]:
 
 @require_GET
 @login_required
-def audit_export(request: HttpRequest, fmt: str) -> StreamingHttpResponse:
+def audit_export(request: AuthenticatedHttpRequest, fmt: str) -> StreamingHttpResponse:
     if fmt not in {"csv", "jsonl"}:
         raise Http404("Export as csv or jsonl.")
     # Oldest first, as a log reads; the same filters as the page.

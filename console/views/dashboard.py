@@ -14,7 +14,7 @@ from operations import selectors
 from operations.machine import TERMINAL, Status
 
 from ..charts import bar_chart, duration_text, hbar_chart, line_chart
-from ..middleware import HtmxHttpRequest
+from ..middleware import AuthenticatedHtmxRequest
 from .common import partial
 
 DAYS = 14
@@ -122,6 +122,6 @@ def figures(user, now: datetime) -> dict:
 
 @require_GET
 @login_required
-def dashboard(request: HtmxHttpRequest) -> HttpResponse:
+def dashboard(request: AuthenticatedHtmxRequest) -> HttpResponse:
     context = figures(request.user, timezone.now())
     return render(request, partial(request, "console/dashboard.html", "panels"), context)

@@ -1,19 +1,20 @@
 """Inbound provider events: what providers reported, matched or not."""
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from operations import access, selectors
 from operations.models import InboundEvent
 
+from ..middleware import AuthenticatedHttpRequest
 from .common import text_param
 
 
 @require_GET
 @login_required
-def inbound_events(request: HttpRequest) -> HttpResponse:
+def inbound_events(request: AuthenticatedHttpRequest) -> HttpResponse:
     status = text_param(request, "status")
     if status not in InboundEvent.InboundStatus.values:
         status = None

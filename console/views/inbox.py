@@ -9,13 +9,13 @@ from django.views.decorators.http import require_GET
 from operations import access, selectors
 from operations.machine import EffectClass
 
-from ..middleware import HtmxHttpRequest
+from ..middleware import AuthenticatedHtmxRequest
 from .common import partial
 
 
 @require_GET
 @login_required
-def inbox(request: HtmxHttpRequest) -> HttpResponse:
+def inbox(request: AuthenticatedHtmxRequest) -> HttpResponse:
     if not request.htmx and selectors.lands_on_queue(request.user):
         return redirect("console:reconciliation")
     filters = {name: request.GET.get(name) or None for name in ("tool", "effect_class", "run")}

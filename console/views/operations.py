@@ -7,7 +7,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -17,7 +17,7 @@ from operations import access, selectors, services
 from operations.machine import TERMINAL, Status
 
 from ..forms import ConfirmForm, NoteForm, ResolveForm
-from ..middleware import HtmxHttpRequest
+from ..middleware import AuthenticatedHtmxRequest, AuthenticatedHttpRequest
 from ..pagination import keyset_page
 from ..presenters import flatten
 from .common import found, partial, text_param
@@ -25,7 +25,7 @@ from .common import found, partial, text_param
 
 @require_GET
 @login_required
-def operations_list(request: HttpRequest) -> HttpResponse:
+def operations_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     filters: dict[str, Any] = {
         name: text_param(request, name) for name in ("status", "tool", "run", "q", "principal")
     }
@@ -58,7 +58,7 @@ def operations_list(request: HttpRequest) -> HttpResponse:
 
 @require_GET
 @login_required
-def operation_detail(request: HtmxHttpRequest, operation_id: str) -> HttpResponse:
+def operation_detail(request: AuthenticatedHtmxRequest, operation_id: str) -> HttpResponse:
     op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
     live = {
         "op": op,
@@ -93,7 +93,7 @@ def _back(op_id: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def operation_resolve(request: HttpRequest, operation_id: str) -> HttpResponse:
+def operation_resolve(request: AuthenticatedHttpRequest, operation_id: str) -> HttpResponse:
     op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
     form = ResolveForm(request.POST)
     if not form.is_valid():
@@ -122,7 +122,7 @@ def operation_resolve(request: HttpRequest, operation_id: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def operation_note(request: HttpRequest, operation_id: str) -> HttpResponse:
+def operation_note(request: AuthenticatedHttpRequest, operation_id: str) -> HttpResponse:
     op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
     form = NoteForm(request.POST)
     try:
@@ -138,7 +138,7 @@ def operation_note(request: HttpRequest, operation_id: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def operation_compensated(request: HttpRequest, operation_id: str) -> HttpResponse:
+def operation_compensated(request: AuthenticatedHttpRequest, operation_id: str) -> HttpResponse:
     op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
     form = NoteForm(request.POST)
     try:
@@ -156,7 +156,9 @@ def operation_compensated(request: HttpRequest, operation_id: str) -> HttpRespon
 
 @require_POST
 @login_required
-def resolution_confirm(request: HttpRequest, operation_id: str, resolution_id: str) -> HttpResponse:
+def resolution_confirm(
+    request: AuthenticatedHttpRequest, operation_id: str, resolution_id: str
+) -> HttpResponse:
     op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
     form = ConfirmForm(request.POST)
     if not form.is_valid():
@@ -178,7 +180,7 @@ def resolution_confirm(request: HttpRequest, operation_id: str, resolution_id: s
 
 @require_POST
 @login_required
-def webhook_redeliver(request: HttpRequest, message_id: str) -> HttpResponse:
+def webhook_redeliver(request: AuthenticatedHttpRequest, message_id: str) -> HttpResponse:
     message = found(selectors.outbox_message_get_for_user, user=request.user, message_id=message_id)
     try:
         services.webhook_redeliver(message=message, user=request.user)

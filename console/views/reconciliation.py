@@ -11,7 +11,7 @@ from django.views.decorators.http import require_GET
 from operations import access, selectors
 from operations.machine import EffectClass
 
-from ..middleware import HtmxHttpRequest
+from ..middleware import AuthenticatedHtmxRequest
 from .common import count_param, partial
 
 # The "older than" filter goes back at most a hundred years: far enough for any queue,
@@ -21,7 +21,7 @@ MAX_AGE_MINUTES = 100 * 365 * 24 * 60
 
 @require_GET
 @login_required
-def reconciliation(request: HtmxHttpRequest) -> HttpResponse:
+def reconciliation(request: AuthenticatedHtmxRequest) -> HttpResponse:
     queue = request.GET.get("queue") or "all"
     if queue not in selectors.SAVED_QUEUES:
         queue = "all"

@@ -21,6 +21,7 @@ from approvals.errors import Refusal
 from operations import access, selectors, services
 from operations.models import Runner, RunnerToken
 
+from ..middleware import AuthenticatedHttpRequest
 from .common import found
 
 SCOPE_LABELS = {
@@ -47,7 +48,7 @@ class TokenForm(forms.Form):
     expires_in_days = forms.ChoiceField(choices=EXPIRY_CHOICES, required=False)
 
 
-def _require_admin(request: HttpRequest) -> None:
+def _require_admin(request: AuthenticatedHttpRequest) -> None:
     if not access.may_manage_runners(request.user):
         raise PermissionDenied("Managing runner tokens needs the 'change runner' permission.")
 
@@ -62,7 +63,7 @@ def token_state(token: RunnerToken, now) -> str:
 
 @require_GET
 @login_required
-def runners_list(request: HttpRequest) -> HttpResponse:
+def runners_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     _require_admin(request)
     now = timezone.now()
     runners = selectors.runners_for_user(request.user)
@@ -106,7 +107,7 @@ def _runner_page(
 
 @require_GET
 @login_required
-def runner_detail(request: HttpRequest, runner_id: str) -> HttpResponse:
+def runner_detail(request: AuthenticatedHttpRequest, runner_id: str) -> HttpResponse:
     _require_admin(request)
     return _runner_page(
         request, found(selectors.runner_get_for_user, user=request.user, runner_id=runner_id)
@@ -116,7 +117,7 @@ def runner_detail(request: HttpRequest, runner_id: str) -> HttpResponse:
 @never_cache
 @require_POST
 @login_required
-def token_issue(request: HttpRequest, runner_id: str) -> HttpResponse:
+def token_issue(request: AuthenticatedHttpRequest, runner_id: str) -> HttpResponse:
     """Issue a token and show it in this response only.
 
     The token is rendered into this page and never stored in the session or in a
@@ -145,7 +146,7 @@ def token_issue(request: HttpRequest, runner_id: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def token_revoke(request: HttpRequest, runner_id: str, token_id: str) -> HttpResponse:
+def token_revoke(request: AuthenticatedHttpRequest, runner_id: str, token_id: str) -> HttpResponse:
     _require_admin(request)
     token = get_object_or_404(RunnerToken, pk=token_id, runner_id=runner_id)
     if token.revoked_at is not None:

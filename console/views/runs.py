@@ -2,7 +2,7 @@
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
@@ -11,6 +11,7 @@ from operations import access, selectors, services
 from operations.models import Run
 
 from ..charts import Bar, bar, duration_text, money_text
+from ..middleware import AuthenticatedHttpRequest
 from ..pagination import keyset_page
 from .common import found, text_param
 
@@ -46,7 +47,7 @@ def budgets(run: Run, now) -> list[Bar]:
 
 @require_GET
 @login_required
-def runs_list(request: HttpRequest) -> HttpResponse:
+def runs_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     status = text_param(request, "status")
     if status not in Run.RunStatus.values:
         status = None
@@ -67,7 +68,7 @@ def runs_list(request: HttpRequest) -> HttpResponse:
     return render(request, "console/runs.html", context)
 
 
-def _run_page(request: HttpRequest, run: Run, *, status: int = 200) -> HttpResponse:
+def _run_page(request: AuthenticatedHttpRequest, run: Run, *, status: int = 200) -> HttpResponse:
     operations = selectors.operations_list_for_user(user=request.user, run=run.id)
     context = {
         "run": run,
@@ -82,14 +83,14 @@ def _run_page(request: HttpRequest, run: Run, *, status: int = 200) -> HttpRespo
 
 @require_GET
 @login_required
-def run_detail(request: HttpRequest, run_id: str) -> HttpResponse:
+def run_detail(request: AuthenticatedHttpRequest, run_id: str) -> HttpResponse:
     run = found(selectors.run_get_for_user, user=request.user, run_id=run_id)
     return _run_page(request, run)
 
 
 @require_POST
 @login_required
-def run_cancel(request: HttpRequest, run_id: str) -> HttpResponse:
+def run_cancel(request: AuthenticatedHttpRequest, run_id: str) -> HttpResponse:
     run = found(selectors.run_get_for_user, user=request.user, run_id=run_id)
     if not access.may_cancel_run(request.user):
         messages.error(request, "You may not cancel runs.")

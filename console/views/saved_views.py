@@ -2,13 +2,15 @@
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
 from approvals.errors import Refusal
 from operations import services
+
+from ..middleware import AuthenticatedHttpRequest
 
 LISTS = {"operations": "console:operations", "reconciliation": "console:reconciliation"}
 
@@ -20,7 +22,7 @@ def _list_url(list_name: str, query: str = "") -> str:
 
 @require_POST
 @login_required
-def saved_view_save(request: HttpRequest) -> HttpResponse:
+def saved_view_save(request: AuthenticatedHttpRequest) -> HttpResponse:
     list_name = request.POST.get("list_name", "")
     query = request.POST.get("query", "")
     try:
@@ -36,7 +38,7 @@ def saved_view_save(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 @login_required
-def saved_view_delete(request: HttpRequest, view_id: int) -> HttpResponse:
+def saved_view_delete(request: AuthenticatedHttpRequest, view_id: int) -> HttpResponse:
     list_name = request.POST.get("list_name", "operations")
     try:
         services.saved_view_delete(user=request.user, view_id=view_id)

@@ -1,18 +1,19 @@
 """The header search: find an operation (or a run) by any of its identifiers."""
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
 
 from operations import selectors
 
+from ..middleware import AuthenticatedHttpRequest
 from ..presenters import matched_in
 
 
 @require_GET
 @login_required
-def search(request: HttpRequest) -> HttpResponse:
+def search(request: AuthenticatedHttpRequest) -> HttpResponse:
     """Find operations by a part of any identifier, the principal or an argument value
     (``selectors.operation_search``); one match opens it. A run id opens the run."""
     query = (request.GET.get("q") or "").strip()[:255]

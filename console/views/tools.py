@@ -15,13 +15,14 @@ from operations import access, selectors, services
 from operations.errors import NotFound
 from operations.models import ToolVersion
 
+from ..middleware import AuthenticatedHttpRequest
 from ..presenters import changes
 from .common import found
 
 
 @require_GET
 @login_required
-def tools_list(request: HttpRequest) -> HttpResponse:
+def tools_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     user = request.user
     tools = list(
         selectors.tools_visible_to_user(user)
@@ -66,7 +67,7 @@ def _comparison(request: HttpRequest, versions: list[ToolVersion], active: ToolV
 
 @require_GET
 @login_required
-def tool_detail(request: HttpRequest, name: str) -> HttpResponse:
+def tool_detail(request: AuthenticatedHttpRequest, name: str) -> HttpResponse:
     tool = found(selectors.tool_get_for_user, user=request.user, name=name)
     versions = selectors.tool_versions(tool)
     active = next((v for v in versions if v.pk == tool.active_version_id), None)
@@ -94,7 +95,7 @@ def tool_detail(request: HttpRequest, name: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def tool_breaker(request: HttpRequest, name: str) -> HttpResponse:
+def tool_breaker(request: AuthenticatedHttpRequest, name: str) -> HttpResponse:
     tool = found(selectors.tool_get_for_user, user=request.user, name=name)
     open_it = request.POST.get("state") == "open"
     try:
@@ -110,7 +111,7 @@ def tool_breaker(request: HttpRequest, name: str) -> HttpResponse:
 
 @require_POST
 @login_required
-def tool_activate(request: HttpRequest, name: str, number: int) -> HttpResponse:
+def tool_activate(request: AuthenticatedHttpRequest, name: str, number: int) -> HttpResponse:
     tool = found(selectors.tool_get_for_user, user=request.user, name=name)
     version = tool.versions.filter(number=number).first()
     if version is None:
@@ -127,7 +128,7 @@ def tool_activate(request: HttpRequest, name: str, number: int) -> HttpResponse:
 
 @require_POST
 @login_required
-def tool_owner(request: HttpRequest, name: str) -> HttpResponse:
+def tool_owner(request: AuthenticatedHttpRequest, name: str) -> HttpResponse:
     """A person allows a runner on the tool, takes that away, or transfers the tool."""
     tool = found(selectors.tool_get_for_user, user=request.user, name=name)
     action = request.POST.get("action")

@@ -16,6 +16,7 @@ from django.db.models import (
 from django.db.models.functions import TruncDate
 
 from approvals.models import ApprovalRequest
+from approvals.people import Person
 
 from .. import access
 from ..machine import TERMINAL, EventKind, Status
@@ -28,7 +29,7 @@ from .people import UNRESOLVED
 # --- dashboard figures: every query is bounded by a state index or a time window ------
 
 
-def dashboard_states(*, user: Any, since: datetime) -> dict[str, int]:
+def dashboard_states(*, user: Person, since: datetime) -> dict[str, int]:
     """Operations by state: every open one, and those that ended since ``since``."""
     open_states = [s.value for s in Status if s not in TERMINAL]
     closed_states = [s.value for s in Status if s in TERMINAL]
@@ -56,7 +57,7 @@ APPROVAL_AGE_BUCKETS = [
 ]
 
 
-def dashboard_pending_ages(*, user: Any, now: datetime) -> list[tuple[str, int]]:
+def dashboard_pending_ages(*, user: Person, now: datetime) -> list[tuple[str, int]]:
     """Pending approval requests by how long they have waited, in one query."""
     pending = ApprovalRequest.objects.filter(
         Q(status=ApprovalRequest.RequestStatus.PENDING)
@@ -84,7 +85,7 @@ def _percentile(ordered: QuerySet[Any], count: int, fraction: float) -> timedelt
 
 
 def dashboard_approval_latency(
-    *, user: Any, now: datetime, windows: list[tuple[str, timedelta]]
+    *, user: Person, now: datetime, windows: list[tuple[str, timedelta]]
 ) -> list[dict[str, Any]]:
     """p50 and p95 of the time from request to decision, for each window.
 
@@ -127,7 +128,7 @@ def _days(start: datetime, days: int) -> list[datetime]:
     return [start + timedelta(days=offset) for offset in range(days)]
 
 
-def dashboard_unknown_rate(*, user: Any, start: datetime, days: int) -> list[dict[str, Any]]:
+def dashboard_unknown_rate(*, user: Person, start: datetime, days: int) -> list[dict[str, Any]]:
     """Per UTC day from ``start`` (a midnight): outcomes recorded, and how many were
     unknown (a posted ``unknown`` or an expired lease), from the events."""
     rows = {
@@ -153,7 +154,7 @@ def dashboard_unknown_rate(*, user: Any, start: datetime, days: int) -> list[dic
 
 
 def dashboard_backlog(
-    *, user: Any, start: datetime, days: int, now: datetime
+    *, user: Person, start: datetime, days: int, now: datetime
 ) -> list[dict[str, Any]]:
     """The reconciliation backlog (``outcome_unknown`` and ``compensating``) at the end
     of each UTC day from ``start``: how many operations waited, and for how long the

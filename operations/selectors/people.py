@@ -16,6 +16,7 @@ from django.utils import timezone
 from guardian.shortcuts import get_groups_with_perms, get_users_with_perms
 
 from approvals.models import ApprovalRequest
+from approvals.people import Person
 
 from .. import access, search
 from ..errors import NotFound
@@ -36,13 +37,13 @@ from .runner import with_approvals
 # --- people (the console) ------------------------------------------------------------
 
 
-def operations_visible_to(user: Any) -> QuerySet[Operation]:
+def operations_visible_to(user: Person) -> QuerySet[Operation]:
     """The operations a person may see: those of the tools they may decide on or
     reconcile (``access.visible_filter``). Every list, search and page starts here."""
     return Operation.objects.filter(access.visible_filter(user, "tool_id"))
 
 
-def operation_get_for_user(*, user: Any, operation_id: str) -> Operation:
+def operation_get_for_user(*, user: Person, operation_id: str) -> Operation:
     op = with_approvals(operations_visible_to(user).filter(pk=operation_id)).first()
     if op is None:
         raise NotFound(f"No operation {operation_id!r}.")
@@ -51,7 +52,7 @@ def operation_get_for_user(*, user: Any, operation_id: str) -> Operation:
 
 def requests_pending_for_user(
     *,
-    user: Any,
+    user: Person,
     tool: str | None = None,
     effect_class: str | None = None,
     run: str | None = None,
@@ -75,7 +76,7 @@ def requests_pending_for_user(
     return queryset
 
 
-def _decidable_by(user: Any, perms: list[str] | None = None) -> Q:
+def _decidable_by(user: Person, perms: list[str] | None = None) -> Q:
     """Requests of tools on which ``user`` holds ``perms`` (default: decide), or
     escalated to one of their groups while they are pending (``access.escalated_to_user``
     says the same of one request)."""
@@ -89,7 +90,7 @@ def _decidable_by(user: Any, perms: list[str] | None = None) -> Q:
     )
 
 
-def approval_get_for_user(*, user: Any, approval_id: str) -> ApprovalRequest:
+def approval_get_for_user(*, user: Person, approval_id: str) -> ApprovalRequest:
     request = (
         ApprovalRequest.objects.filter(
             _decidable_by(user, [access.DECIDE, access.RECONCILE]), pk=approval_id
@@ -164,7 +165,7 @@ def _queue(base: QuerySet[Operation], name: str, now: datetime) -> QuerySet[Oper
 
 def reconciliation_queue(
     *,
-    user: Any,
+    user: Person,
     queue: str = "all",
     tool: str | None = None,
     effect_class: str | None = None,
@@ -206,7 +207,7 @@ def pending_proposals(*, op_ids: list[str]) -> dict[str, Resolution]:
     }
 
 
-def nav_counts(*, user: Any) -> dict[str, int]:
+def nav_counts(*, user: Person) -> dict[str, int]:
     """What the console's navigation counts for this person: requests waiting for their
     decision, unknown outcomes they may answer, and "did not happen" proposals of
     someone else waiting for their confirmation (four eyes)."""
@@ -236,7 +237,7 @@ def nav_counts(*, user: Any) -> dict[str, int]:
     }
 
 
-def lands_on_queue(user: Any) -> bool:
+def lands_on_queue(user: Person) -> bool:
     """People who may reconcile but decide on nothing start at the reconciliation queue."""
     return (
         not access.tools_for_user(user, [access.DECIDE]).exists()
@@ -244,7 +245,7 @@ def lands_on_queue(user: Any) -> bool:
     )
 
 
-def reconciliation_counts(*, user: Any, now: datetime | None = None) -> dict[str, int]:
+def reconciliation_counts(*, user: Person, now: datetime | None = None) -> dict[str, int]:
     now = now or timezone.now()
     base = Operation.objects.filter(
         tool__in=access.tools_for_user(user, [access.RECONCILE])
@@ -299,7 +300,7 @@ def operation_last_event(op: Operation) -> Event | None:
 UNRESOLVED = (Status.OUTCOME_UNKNOWN, Status.COMPENSATING)
 
 
-def operation_search(*, user: Any, query: str, limit: int = 50) -> list[Operation]:
+def operation_search(*, user: Person, query: str, limit: int = 50) -> list[Operation]:
     """Operations the person may see that ``query`` names, newest first: an exact id or
     idempotency key first (minted by the server, indexed: a match there is the answer),
     else every operation whose key, call id, downstream reference, principal, ids or
@@ -323,7 +324,7 @@ def _matching(queryset: QuerySet[Operation], query: str) -> QuerySet[Operation]:
 
 def operations_list_for_user(
     *,
-    user: Any,
+    user: Person,
     status: str | None = None,
     tool: str | None = None,
     run: str | None = None,
@@ -354,11 +355,11 @@ def operations_list_for_user(
     return queryset.select_related("run", "tool_version").order_by("-id")
 
 
-def saved_views_for(*, user: Any, list_name: str) -> QuerySet[SavedView]:
+def saved_views_for(*, user: Person, list_name: str) -> QuerySet[SavedView]:
     return SavedView.objects.filter(user=user, list_name=list_name).order_by("name")
 
 
-def runs_for_user(user: Any) -> QuerySet[Run]:
+def runs_for_user(user: Person) -> QuerySet[Run]:
     """Runs with at least one operation the person may see; superusers see all."""
     if not user.is_active:
         return Run.objects.none()
@@ -376,21 +377,21 @@ def run_events(run: Run, limit: int = 100) -> list[Event]:
     return list(Event.objects.filter(stream=run.id).order_by("seq")[:limit])
 
 
-def run_get_for_user(*, user: Any, run_id: str) -> Run:
+def run_get_for_user(*, user: Person, run_id: str) -> Run:
     run = runs_for_user(user).select_related("runner").filter(pk=run_id).first()
     if run is None:
         raise NotFound(f"No run {run_id!r}.")
     return run
 
 
-def runners_for_user(user: Any) -> QuerySet[Runner]:
+def runners_for_user(user: Person) -> QuerySet[Runner]:
     """Runner accounts with their tokens, for people who manage runners; none otherwise."""
     if not access.may_manage_runners(user):
         return Runner.objects.none()
     return Runner.objects.select_related("owner").prefetch_related("tokens").order_by("name")
 
 
-def runner_get_for_user(*, user: Any, runner_id: str) -> Runner:
+def runner_get_for_user(*, user: Person, runner_id: str) -> Runner:
     runner = runners_for_user(user).filter(pk=runner_id).first()
     if runner is None:
         raise NotFound(f"No runner {runner_id!r}.")
@@ -402,7 +403,7 @@ def runner_events(runner: Runner, limit: int = 50) -> list[Event]:
     return list(Event.objects.filter(stream=f"runner:{runner.id}").order_by("-seq")[:limit])
 
 
-def tools_visible_to_user(user: Any) -> QuerySet[Tool]:
+def tools_visible_to_user(user: Person) -> QuerySet[Tool]:
     """Tools whose page a person may open: deciders, reconcilers and activators, and
     people who administer tools (they transfer them and allow runners on them)."""
     if access.may_administer_tools(user):
@@ -410,7 +411,7 @@ def tools_visible_to_user(user: Any) -> QuerySet[Tool]:
     return access.tools_for_user(user, [access.DECIDE, access.RECONCILE, access.ACTIVATE])
 
 
-def tool_get_for_user(*, user: Any, name: str) -> Tool:
+def tool_get_for_user(*, user: Person, name: str) -> Tool:
     tool = tools_visible_to_user(user).select_related("active_version").filter(pk=name).first()
     if tool is None:
         raise NotFound(f"No tool {name!r}.")
@@ -489,7 +490,7 @@ def tool_versions(tool: Tool) -> list[ToolVersion]:
     return list(tool.versions.select_related("registered_by", "activated_by").order_by("-number"))
 
 
-def events_for_user(user: Any) -> QuerySet[Event]:
+def events_for_user(user: Person) -> QuerySet[Event]:
     """Audit events a person may read.
 
     Superusers read everything. Others read the events of tools they may see: every
@@ -527,7 +528,7 @@ def _actor_filter(actor: str) -> Q:
 
 def audit_events(
     *,
-    user: Any,
+    user: Person,
     actor: str | None = None,
     kind: str | None = None,
     tool: str | None = None,
@@ -551,7 +552,7 @@ def audit_events(
 
 
 def inbound_events_for_user(
-    *, user: Any, status: str | None = None, tool: str | None = None
+    *, user: Person, status: str | None = None, tool: str | None = None
 ) -> QuerySet[InboundEvent]:
     """Provider events of the tools a person may see, newest first."""
     queryset = InboundEvent.objects.filter(tool__in=access.tools_for_user(user)).select_related(

@@ -2,8 +2,6 @@
 else answers ``not_found``, never ``forbidden``, so ids of other runners' objects cannot
 be probed."""
 
-from typing import Any
-
 from django.db.models import (
     F,
     Prefetch,
@@ -11,6 +9,7 @@ from django.db.models import (
 )
 
 from approvals.models import ApprovalRequest
+from approvals.people import Person
 
 from .. import access
 from ..errors import NotFound
@@ -85,7 +84,7 @@ def approval_get_for_runner(*, runner: Runner, approval_id: str) -> ApprovalRequ
     return request
 
 
-def outbox_message_get_for_user(*, user: Any, message_id: str) -> OutboxMessage:
+def outbox_message_get_for_user(*, user: Person, message_id: str) -> OutboxMessage:
     message = (
         OutboxMessage.objects.filter(pk=message_id, operation__tool__in=access.tools_for_user(user))
         .select_related("operation")

@@ -6,6 +6,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from approvals.people import Person
+
 from .. import access, errors
 from ..machine import EventKind, Status
 from ..models import (
@@ -141,7 +143,7 @@ def breaker_record_locked(op: Operation, *, succeeded: bool, code: str, now: dat
         tool.save(update_fields=["breaker_probe"])
 
 
-def tool_breaker_set(*, tool: Tool, open_it: bool, user: Any) -> Tool:
+def tool_breaker_set(*, tool: Tool, open_it: bool, user: Person) -> Tool:
     """A person opens or closes a tool's breaker by hand."""
     access.require_operate_breaker(user, tool)
     with transaction.atomic():

@@ -30,6 +30,7 @@ from django.utils import timezone
 from approvals import selectors as approval_selectors
 from approvals import services as approval_services
 from approvals.models import ApprovalRequest
+from approvals.people import Person
 
 from .. import access, errors, machine, payloads, telemetry
 from ..canonical import sha256_hex
@@ -64,7 +65,7 @@ class Actor:
     """Who acts: a runner, a console user, or the system (sweep, probe, claim)."""
 
     label: str
-    user: Any = None
+    user: Person | None = None
     runner: Runner | None = None
 
     @classmethod
@@ -72,7 +73,7 @@ class Actor:
         return cls(f"runner:{runner.name}", runner=runner)
 
     @classmethod
-    def of_user(cls, user: Any) -> "Actor":
+    def of_user(cls, user: Person) -> "Actor":
         return cls(f"user:{user.get_username()}", user=user)
 
     @classmethod

@@ -12,6 +12,7 @@ from django.utils import timezone
 from approvals import services as approval_services
 from approvals.errors import DecisionRefused, Refusal
 from approvals.models import ApprovalRequest
+from approvals.people import Person
 
 from .. import access, errors, payloads
 from ..canonical import intent_hash
@@ -94,7 +95,7 @@ def approval_escalate_locked(op: Operation, request: ApprovalRequest, *, now: da
 def approval_decide(
     *,
     request_id: str,
-    user: Any,
+    user: Person,
     approve: bool,
     comment: str,
     otp_verified: bool = False,
@@ -164,7 +165,7 @@ def _decide_locked(
     op: Operation,
     request: ApprovalRequest,
     *,
-    user: Any,
+    user: Person,
     approve: bool,
     comment: str,
     otp_verified: bool,
@@ -285,7 +286,7 @@ def _approve_edited(
     op: Operation,
     request: ApprovalRequest,
     *,
-    user: Any,
+    user: Person,
     edited: Any,
     changes: list[dict[str, Any]],
     comment: str,
@@ -388,7 +389,7 @@ def _approve_edited(
     )
 
 
-def approval_revoke(*, request_id: str, user: Any, reason: str) -> Operation:
+def approval_revoke(*, request_id: str, user: Person, reason: str) -> Operation:
     """Revoke a grant. Attempts already executing go on; the next claim is refused."""
     with transaction.atomic():
         op, request = _lock_request(request_id)

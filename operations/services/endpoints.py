@@ -8,6 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.errors import PermissionRefused
+from approvals.people import Person
 
 from .. import access, errors
 from ..crypto import encrypt
@@ -166,7 +167,7 @@ def webhook_endpoint_disable(*, endpoint: WebhookEndpoint, actor: Actor, reason:
     return True
 
 
-def webhook_redeliver(*, message: OutboxMessage, user: Any) -> OutboxMessage:
+def webhook_redeliver(*, message: OutboxMessage, user: Person) -> OutboxMessage:
     """A person asks for one more delivery of a message, whatever its state."""
     with transaction.atomic():
         op = lock(message.operation_id) if message.operation_id else None

@@ -8,6 +8,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.errors import DecisionRefused
+from approvals.people import Person
 
 from .. import access, errors, machine
 from ..machine import EventKind, Status
@@ -119,7 +120,7 @@ def operation_probe_failed(*, operation: Operation, error: str, actor: Actor) ->
 def operation_resolve(
     *,
     operation: Operation,
-    user: Any,
+    user: Person,
     result: str,
     downstream_id: str = "",
     note: str = "",
@@ -197,7 +198,7 @@ def operation_resolve(
 
 
 def operation_resolution_confirm(
-    *, resolution_id: str, user: Any, confirm: bool, note: str = ""
+    *, resolution_id: str, user: Person, confirm: bool, note: str = ""
 ) -> Operation:
     """The second person's answer to a proposed "did not happen" (four eyes).
 
@@ -267,7 +268,7 @@ def operation_resolution_confirm(
     return raise_after_commit(result)
 
 
-def operation_note_add(*, operation: Operation, user: Any, note: str) -> Operation:
+def operation_note_add(*, operation: Operation, user: Person, note: str) -> Operation:
     """Evidence without an answer: a note on the operation's trace."""
     note = note.strip()
     if not note:
@@ -285,7 +286,7 @@ def operation_note_add(*, operation: Operation, user: Any, note: str) -> Operati
     return op
 
 
-def operation_compensated_by_hand(*, operation: Operation, user: Any, note: str) -> Operation:
+def operation_compensated_by_hand(*, operation: Operation, user: Person, note: str) -> Operation:
     """A person records that a failed undo was done by hand."""
     if not note.strip():
         raise DecisionRefused("Say how the undo was done.")

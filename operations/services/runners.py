@@ -11,6 +11,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from approvals.people import Person
+
 from .. import access, errors, tokencache
 from ..machine import EventKind
 from ..models import (
@@ -32,7 +34,7 @@ def _token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def runner_create(*, name: str, owner: Any = None, actor: Actor) -> tuple[Runner, str]:
+def runner_create(*, name: str, owner: Person | None = None, actor: Actor) -> tuple[Runner, str]:
     """Create a runner account and its first token. The token is returned only here."""
     user_model = get_user_model()
     with transaction.atomic():
@@ -159,7 +161,7 @@ def token_authenticate(raw: str) -> tuple[Runner, RunnerToken] | None:
 def token_issue_by_user(
     *,
     runner: Runner,
-    user: Any,
+    user: Person,
     scopes: list[str],
     label: str = "",
     expires_at: datetime | None = None,
@@ -176,7 +178,7 @@ def token_issue_by_user(
     )
 
 
-def token_revoke_by_user(*, token: RunnerToken, user: Any) -> RunnerToken:
+def token_revoke_by_user(*, token: RunnerToken, user: Person) -> RunnerToken:
     """A person revokes a token from the console; the next request with it is 401."""
     access.require_manage_runners(user)
     return token_revoke(token=token, actor=Actor.of_user(user))
@@ -185,7 +187,7 @@ def token_revoke_by_user(*, token: RunnerToken, user: Any) -> RunnerToken:
 RUNNER_EDITABLE = ("owner", "restrict_tools", "is_active")
 
 
-def runner_update(*, runner: Runner, user: Any, changes: dict[str, Any]) -> Runner:
+def runner_update(*, runner: Runner, user: Person, changes: dict[str, Any]) -> Runner:
     """A person changes a runner's owner, tool restriction or activity (the admin).
 
     Each matters to access: the owner is barred from deciding on the runner's

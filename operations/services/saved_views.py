@@ -1,10 +1,10 @@
 """A person's saved views: named filters of a console list. Preferences, not ledger
 state: they change nothing anyone else sees, so they write no audit event."""
 
-from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from approvals.errors import DecisionRefused
+from approvals.people import Person
 
 from .. import errors
 from ..models import SavedView
@@ -31,7 +31,7 @@ def clean_query(list_name: str, query: str) -> str:
     return urlencode([(k, v) for k, v in pairs if k in kept and v])
 
 
-def saved_view_save(*, user: Any, list_name: str, name: str, query: str) -> SavedView:
+def saved_view_save(*, user: Person, list_name: str, name: str, query: str) -> SavedView:
     """Save (or replace, by name) the filters ``query`` of ``list_name`` for ``user``."""
     name = " ".join(name.split())[:80]
     if not name:
@@ -50,7 +50,7 @@ def saved_view_save(*, user: Any, list_name: str, name: str, query: str) -> Save
     return view
 
 
-def saved_view_delete(*, user: Any, view_id: int) -> None:
+def saved_view_delete(*, user: Person, view_id: int) -> None:
     deleted, _ = SavedView.objects.filter(user=user, pk=view_id).delete()
     if not deleted:
         raise errors.NotFound("No such saved view.")

@@ -12,6 +12,7 @@ from django.utils import timezone
 from guardian.shortcuts import assign_perm, get_group_perms, get_user_perms, remove_perm
 
 from approvals.errors import PermissionRefused
+from approvals.people import Person
 
 from .. import access, errors
 from ..canonical import sha256_hex
@@ -129,7 +130,7 @@ def tool_register(*, name: str, body: Any, runner: Runner) -> ToolRegistration:
     return ToolRegistration(version=version, created=created, changed=True)
 
 
-def tool_version_activate(*, version: ToolVersion, user: Any) -> ToolVersion:
+def tool_version_activate(*, version: ToolVersion, user: Person) -> ToolVersion:
     """Make ``version`` the active contract of its tool (a person's decision)."""
     tool = version.tool
     refusal = access.activate_refusal(user, version)
@@ -154,7 +155,7 @@ def tool_version_activate(*, version: ToolVersion, user: Any) -> ToolVersion:
     return version
 
 
-def tool_transfer(*, tool: Tool, to_runner: Runner, user: Any) -> Tool:
+def tool_transfer(*, tool: Tool, to_runner: Runner, user: Person) -> Tool:
     """A person gives a tool to another runner, which then owns its contract."""
     access.require_administer_tools(user)
     with transaction.atomic():
@@ -183,6 +184,10 @@ def tool_invoker_set(*, tool: Tool, runner: Runner, allow: bool, actor: Actor) -
     runner a person restricted cannot allow itself back onto its own tool.
     """
     if actor.runner is None:
+        if actor.user is None:
+            raise PermissionRefused(
+                "A tool's owner or a person who manages runners allows runners on a tool."
+            )
         access.require_administer_tools(actor.user)
     elif actor.runner.pk == runner.pk:
         raise errors.ToolNotOwned(
@@ -210,7 +215,9 @@ def tool_invoker_set(*, tool: Tool, runner: Runner, allow: bool, actor: Actor) -
     return tool
 
 
-def tool_permissions_set(*, tool: Tool, holder: Any, perms: Collection[str], user: Any) -> Tool:
+def tool_permissions_set(
+    *, tool: Tool, holder: Person | Group, perms: Collection[str], user: Person
+) -> Tool:
     """Set which of decide, reconcile and activate (codenames) ``holder``, a person or a
     group, holds on ``tool``; the admin's object permission pages call this.
 
@@ -242,7 +249,11 @@ def tool_permissions_set(*, tool: Tool, holder: Any, perms: Collection[str], use
             actor=Actor.of_user(user),
             tool_name=tool.name,
             data={
-                "holder": f"group:{holder.name}" if is_group else f"user:{holder.get_username()}",
+                "holder": (
+                    f"group:{holder.name}"
+                    if isinstance(holder, Group)
+                    else f"user:{holder.get_username()}"
+                ),
                 "granted": granted,
                 "revoked": revoked,
             },

@@ -101,6 +101,19 @@ def test_a_runner_invokes_its_own_tools_and_those_it_was_allowed_on(api, other_a
     assert not access.runner_may_invoke(api.runner, tool)
 
 
+def test_allowing_a_runner_on_a_tool_is_refused_to_an_actor_that_is_neither_runner_nor_person(
+    api, other_api, tool
+):
+    """The owner or a person who administers tools decides; a system actor is neither,
+    and is refused as such rather than failing on the person it does not have."""
+    with pytest.raises(PermissionRefused):
+        services.tool_invoker_set(
+            tool=tool, runner=other_api.runner, allow=True, actor=services.Actor.system("cli")
+        )
+    assert not access.runner_may_invoke(other_api.runner, tool)
+    assert not Event.objects.filter(kind="tool_invoker_allowed").exists()
+
+
 def test_cancelling_a_run_is_enforced_by_the_service(api):
     run = api.run()
     from operations.models import Run
