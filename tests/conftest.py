@@ -4,6 +4,7 @@ import itertools
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import redis
 from rest_framework.test import APIClient
 
 from operations import services
+from tests.support.collection import deselected_whole
 
 _counter = itertools.count(1)
 
@@ -111,6 +113,18 @@ def make_runner(name: str | None = None, owner=None) -> Api:
         name=name or f"runner-{next(_counter)}", owner=owner, actor=services.Actor.system("test")
     )
     return Api(runner, token)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A module whose ``pytestmark`` the ``-m`` expression never selects is not imported
+    (tests/support/collection.py): ``make check`` does not pay for what it deselects."""
+    if deselected_whole(
+        collection_path,
+        expression=config.option.markexpr,
+        patterns=config.getini("python_files"),
+    ):
+        return True
+    return None
 
 
 @pytest.fixture
