@@ -27,6 +27,11 @@ REFUND_SCHEMA = {
 }
 
 
+def next_operation_key() -> str:
+    """An operation key no other registration of this test process has used."""
+    return f"key-{next(_counter)}"
+
+
 def contract(effect_class: str = "idempotent", **overrides: Any) -> dict[str, Any]:
     body: dict[str, Any] = {
         "effect_class": effect_class,
@@ -84,7 +89,7 @@ class Api:
         body = {
             "run": run,
             "tool": tool,
-            "operation_key": extra.pop("operation_key", f"key-{next(_counter)}"),
+            "operation_key": extra.pop("operation_key", next_operation_key()),
             "arguments": arguments or {"payment_id": "pay_1", "amount_cents": 500},
             **extra,
         }
