@@ -10,10 +10,11 @@ AXE_STAMP := node_modules/.installed-$(shell cksum package-lock.json | cut -d' '
 CHROMIUM := /usr/bin/chromium
 PORT ?= 8000
 # The suite runs in parallel processes (pytest-xdist), one per core with `auto`, each on
-# a test database of its own; PYTEST_WORKERS=0 runs it in one process. Tests that must
-# not run beside each other share an `xdist_group`, which loadgroup keeps on one worker.
+# a test database of its own; PYTEST_WORKERS=0 runs it in one process. Every test can run
+# beside any other: servers listen on free ports, Celery tests use queues of their own,
+# the databases tests make have names of their own (tests/support/db.py).
 PYTEST_WORKERS ?= auto
-PYTEST_PARALLEL = -n $(PYTEST_WORKERS) --dist loadgroup
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS)
 
 .PHONY: run test check lint format sweep
 
