@@ -9,6 +9,12 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml client/pyproject.toml | c
 AXE_STAMP := node_modules/.installed-$(shell cksum package-lock.json | cut -d' ' -f1)
 CHROMIUM := /usr/bin/chromium
 PORT ?= 8000
+# The suite runs in parallel processes (pytest-xdist), one per core with `auto`, each on
+# a test database of its own; PYTEST_WORKERS=0 runs it in one process. Every test can run
+# beside any other: servers listen on free ports, Celery tests use queues of their own,
+# the databases tests make have names of their own (tests/support/db.py).
+PYTEST_WORKERS ?= auto
+PYTEST_PARALLEL = -n $(PYTEST_WORKERS)
 
 .PHONY: run test check lint format sweep
 
@@ -67,7 +73,7 @@ test: $(STAMP) $(AXE_STAMP) $(CHROMIUM) doc-tools
 	$(PY) manage.py makemigrations --check --dry-run
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The fast loop while working: the same static checks and the suite without the slow
 # and browser tests.
@@ -76,7 +82,7 @@ check: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/pytest -m "not slow and not browser" $(PYTEST_ARGS)
+	$(VENV)/bin/pytest $(PYTEST_PARALLEL) -m "not slow and not browser" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check --fix .

@@ -4,6 +4,7 @@ import itertools
 import os
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,7 @@ import redis
 from rest_framework.test import APIClient
 
 from operations import services
+from tests.support.collection import deselected_whole
 
 _counter = itertools.count(1)
 
@@ -23,6 +25,11 @@ REFUND_SCHEMA = {
     },
     "additionalProperties": False,
 }
+
+
+def next_operation_key() -> str:
+    """An operation key no other registration of this test process has used."""
+    return f"key-{next(_counter)}"
 
 
 def contract(effect_class: str = "idempotent", **overrides: Any) -> dict[str, Any]:
@@ -82,7 +89,7 @@ class Api:
         body = {
             "run": run,
             "tool": tool,
-            "operation_key": extra.pop("operation_key", f"key-{next(_counter)}"),
+            "operation_key": extra.pop("operation_key", next_operation_key()),
             "arguments": arguments or {"payment_id": "pay_1", "amount_cents": 500},
             **extra,
         }
@@ -111,6 +118,18 @@ def make_runner(name: str | None = None, owner=None) -> Api:
         name=name or f"runner-{next(_counter)}", owner=owner, actor=services.Actor.system("test")
     )
     return Api(runner, token)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A module whose ``pytestmark`` the ``-m`` expression never selects is not imported
+    (tests/support/collection.py): ``make check`` does not pay for what it deselects."""
+    if deselected_whole(
+        collection_path,
+        expression=config.option.markexpr,
+        patterns=config.getini("python_files"),
+    ):
+        return True
+    return None
 
 
 @pytest.fixture

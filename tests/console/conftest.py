@@ -11,6 +11,7 @@ from guardian.shortcuts import assign_perm
 from operations.models import Tool
 from tests.approvals.conftest import person
 from tests.conftest import Api, contract
+from tests.support.world import Direct
 
 
 def client_for(user) -> Client:
@@ -30,22 +31,24 @@ class World:
 
 @pytest.fixture
 def world(api) -> World:
-    """``refund`` (the viewer decides on it) and ``wipe`` (nobody but superusers)."""
-    api.tool("refund", contract("irreversible", approval={"mode": "never"}))
-    api.tool("wipe", contract("irreversible", approval={"mode": "never"}))
-    result = World(api=api, visible_run=api.run("user:alice"), hidden_run=api.run("user:bob"))
+    """``refund`` (the viewer decides on it) and ``wipe`` (nobody but superusers), made
+    through the services: the tests are about the pages (tests/support/world.py)."""
+    direct = Direct(api)
+    direct.tool("refund", contract("irreversible", approval={"mode": "never"}))
+    direct.tool("wipe", contract("irreversible", approval={"mode": "never"}))
+    result = World(api=api, visible_run=direct.run("user:alice"), hidden_run=direct.run("user:bob"))
     for index in range(3):
         result.visible.append(
-            api.register(
+            direct.register(
                 result.visible_run,
                 "refund",
                 {"payment_id": f"pay_{index}", "amount_cents": 100 + index},
                 call_id=f"call-visible-{index}",
             )
         )
-    op = api.register(result.hidden_run, "wipe", call_id="call-hidden")
-    api.claim(op["id"])
-    api.outcome(op["id"], 1, {"kind": "unknown", "code": "timeout"})
+    op = direct.register(result.hidden_run, "wipe", call_id="call-hidden")
+    direct.claim(op["id"])
+    direct.outcome(op["id"], 1, {"kind": "unknown", "code": "timeout"})
     result.hidden.append(op)
     return result
 

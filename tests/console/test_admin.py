@@ -29,6 +29,7 @@ from operations.models import (
 )
 from tests.approvals.conftest import person
 from tests.conftest import contract, make_runner
+from tests.support.world import Direct
 
 LEDGER_APPS = {"operations", "approvals"}
 
@@ -60,11 +61,12 @@ def staff_with_every_permission():
 @pytest.fixture
 def ledger(api, settings):
     """One row of every model the admin shows, and the secrets they hold."""
+    direct = Direct(api)  # the tests are about the admin's pages, not the runner API
     settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
-    api.tool("refund", contract("irreversible", approval={"mode": "always"}))
-    api.tool("refund", contract("irreversible", approval={"mode": "never"}))
-    run = api.run()
-    op = api.register(run, "refund")
+    direct.tool("refund", contract("irreversible", approval={"mode": "always"}))
+    direct.tool("refund", contract("irreversible", approval={"mode": "never"}))
+    run = direct.run()
+    op = direct.register(run, "refund")
     approver = person(decide_on="refund")
     services.approval_decide(
         request_id=ApprovalRequest.objects.get(operation_id=op["id"]).id,
@@ -72,7 +74,7 @@ def ledger(api, settings):
         approve=True,
         comment="ok",
     )
-    api.claim(op["id"])
+    direct.claim(op["id"])
     tool = Tool.objects.get(pk="refund")
     inbound_secret = "whsec_" + "c2VjcmV0LW9mLXRoZS1wcm92aWRlcg=="
     services.tool_inbound_secret_set(

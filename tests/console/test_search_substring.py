@@ -12,6 +12,7 @@ from operations import search
 from operations.models import Operation, SavedView
 from tests.approvals.conftest import person
 from tests.support.db import skip_unless_postgresql
+from tests.support.world import Direct
 
 from .conftest import client_for
 
@@ -20,16 +21,16 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def ops(world):
-    api = world.api
-    run = api.run("user:Newcomer")
+    direct = Direct(world.api)  # the tests are about the search, not about registering
+    run = direct.run("user:Newcomer")
     found = {
-        "order": api.register(
+        "order": direct.register(
             run, "refund", {"payment_id": "pay_x", "amount_cents": 1}, operation_key="order-551"
         ),
-        "argument": api.register(
+        "argument": direct.register(
             run, "refund", {"payment_id": "pay_nc_unknown", "amount_cents": 2}, call_id="c-1"
         ),
-        "literal": api.register(
+        "literal": direct.register(
             run, "refund", {"payment_id": "100%_off", "amount_cents": 3}, operation_key="k%_1"
         ),
     }

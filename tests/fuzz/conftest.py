@@ -11,6 +11,7 @@ from operations import hosts, services
 from operations.models import Operation
 from tests.approvals.conftest import person
 from tests.conftest import Api, contract, make_runner
+from tests.support.world import Direct
 
 
 @dataclass
@@ -51,6 +52,8 @@ def no_dns(monkeypatch):
 def build_world() -> Known:
     api = make_runner()
     known = Known(api=api)
+    # Made through the services: the fuzzer's requests are what is tested, not these.
+    direct = Direct(api)
     keys = itertools.count(1)
     tools = {
         "idem": contract("idempotent", concurrency_key="/payment_id"),
@@ -60,14 +63,14 @@ def build_world() -> Known:
         "look": contract("read_only"),
     }
     for name, body in tools.items():
-        api.tool(name, body)
+        direct.tool(name, body)
         known.name.append(name)
-    run = api.run(principal="user:fuzz")
+    run = direct.run(principal="user:fuzz")
     known.run_id.append(run)
-    known.run_id.append(api.run(principal="user:other"))
+    known.run_id.append(direct.run(principal="user:other"))
 
     def register(tool: str, **extra) -> dict[str, Any]:
-        op = api.register(
+        op = direct.register(
             run,
             tool,
             {"payment_id": f"pay_{next(keys)}", "amount_cents": 100},
@@ -81,24 +84,24 @@ def build_world() -> Known:
 
     register("idem")  # ready
     executing = register("idem")
-    api.claim(executing["id"])
+    direct.claim(executing["id"])
     unknown = register("pay")
-    api.claim(unknown["id"])
-    api.outcome(unknown["id"], 1, {"kind": "unknown", "code": "timeout_unknown"})
+    direct.claim(unknown["id"])
+    direct.outcome(unknown["id"], 1, {"kind": "unknown", "code": "timeout_unknown"})
     compensating = register("undo")
-    api.claim(compensating["id"])
-    api.outcome(compensating["id"], 1, {"kind": "unknown", "code": "timeout_unknown"})
+    direct.claim(compensating["id"])
+    direct.outcome(compensating["id"], 1, {"kind": "unknown", "code": "timeout_unknown"})
     register("ask")  # awaiting approval
     done = register("look")
-    api.claim(done["id"])
-    api.outcome(done["id"], 1, {"kind": "succeeded", "result": {"ok": True}})
+    direct.claim(done["id"])
+    direct.outcome(done["id"], 1, {"kind": "succeeded", "result": {"ok": True}})
     assert Operation.objects.filter(pk=compensating["id"], status="compensating").exists()
     endpoint, _ = services.webhook_endpoint_create(
         runner=api.runner, url="https://93.184.215.14/effectgate", events=["operation.*"]
     )
     known.endpoint_id.append(endpoint.id)
     # Another runner's objects: always 404 for ours.
-    other = make_runner()
+    other = Direct(make_runner())
     known.runner_name.append(other.runner.name)
     other.tool("theirs")
     theirs = other.register(other.run(), "theirs")

@@ -1,6 +1,10 @@
 """The LangGraph / LangChain adapter against the real packages: a graph whose agent node
 is LangChain's fake chat model (scripted tool calls, no network, no model) and whose
-tools run in LangGraph's ``ToolNode``; a live Effectgate decides."""
+tools run in LangGraph's ``ToolNode``; a live Effectgate decides.
+
+LangGraph takes half a second to import: the tests and helpers that use it import it
+themselves, since every parallel worker collects this module and only the one that runs
+a test needs it."""
 
 import asyncio
 import json
@@ -8,16 +12,8 @@ import json
 import pytest
 from django.db import connections
 from guardian.shortcuts import assign_perm
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, ToolMessage
-from langchain_core.tools import tool
-from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
-from langgraph.types import Command
 
 from effectgate_client import EffectgateClient, Runner
-from effectgate_client.integrations.langgraph import current_attempt, guard
 from operations import services
 from operations.models import Operation, Tool
 from tests.approvals.conftest import person
@@ -39,6 +35,15 @@ def world(live_server):
 
 
 def _graph(client, *, approval=None, refunds=None, calls=None, budgets=None):
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+    from langchain_core.tools import tool
+    from langgraph.checkpoint.memory import InMemorySaver
+    from langgraph.graph import START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    from effectgate_client.integrations.langgraph import current_attempt, guard
+
     refunds = refunds if refunds is not None else []
 
     @tool
@@ -75,6 +80,8 @@ def _graph(client, *, approval=None, refunds=None, calls=None, budgets=None):
 
 def _seen(state, call_id="call_1"):
     """The envelope the model read for ``call_id``."""
+    from langchain_core.messages import ToolMessage
+
     for message in state["messages"]:
         if isinstance(message, ToolMessage) and message.tool_call_id == call_id:
             return json.loads(message.content)
@@ -96,6 +103,8 @@ def test_a_guarded_tool_call_succeeds_through_effectgate(world):
 
 
 def test_approval_interrupts_the_graph_and_the_decision_resumes_it(world):
+    from langgraph.types import Command
+
     graph, refunds = _graph(world, approval={"mode": "always"})
     state = graph.invoke({"messages": [("user", "refund order 551")]}, CONFIG)
     [pending] = state["__interrupt__"]
@@ -121,6 +130,8 @@ def test_approval_interrupts_the_graph_and_the_decision_resumes_it(world):
 
 
 def test_a_rejection_resumes_with_the_reviewers_comment(world):
+    from langgraph.types import Command
+
     graph, refunds = _graph(world, approval={"mode": "always"})
     graph.invoke({"messages": [("user", "refund order 551")]}, CONFIG)
     op = Operation.objects.get(operation_key="send_refund:call_1")
@@ -165,6 +176,10 @@ def test_an_async_graph_keys_the_operation_by_the_tool_call(world):
 
 
 def test_outside_a_graph_a_pending_approval_is_waited_for_not_raised(world):
+    from langchain_core.tools import tool
+
+    from effectgate_client.integrations.langgraph import guard
+
     refunds = []
 
     @tool
@@ -187,6 +202,10 @@ def test_outside_a_graph_a_pending_approval_is_waited_for_not_raised(world):
 def test_without_a_call_id_500_then_500_0_is_one_operation_and_one_refund(world):
     """Without a tool-call id the key is derived from the arguments; it follows their
     RFC 8785 canonical form, so the same amount written as a float is the same call."""
+    from langchain_core.tools import tool
+
+    from effectgate_client.integrations.langgraph import guard
+
     refunds = []
 
     @tool

@@ -6,6 +6,9 @@ fails on demand: ``timeout_after_commit``, ``crash_after_commit``, ``refused``. 
 client retries every failed call three times. Straight to the upstream that client
 commits duplicates; through the gateway it commits none, because a retry of the same
 call is the same Effectgate operation and an unknown outcome is never run again.
+
+The MCP SDK is imported where it is used, not at the top: every parallel worker collects
+this module, and only the one that runs a test needs the SDK.
 """
 
 from __future__ import annotations
@@ -23,13 +26,7 @@ import anyio.to_thread
 import pytest
 from django.db import connections
 from guardian.shortcuts import assign_perm
-from mcp import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared.exceptions import MCPError
-from mcp_types import REQUEST_TIMEOUT, Implementation
 
-from effectgate_client.integrations.mcp_gateway import derive_operation_key
 from operations import services
 from operations.canonical import intent_hash
 from operations.models import Operation, Tool
@@ -57,7 +54,7 @@ FAULT_PLAN = [
     "crash_after_commit",
 ]
 TRIES = 3
-CLIENT_INFO = Implementation(name="refund-agent", version="1.0")
+CLIENT_INFO = {"name": "refund-agent", "version": "1.0"}
 
 
 def envelope_of(result) -> dict:
@@ -70,10 +67,13 @@ def envelope_of(result) -> dict:
 
 @asynccontextmanager
 async def session_over(transport):
+    from mcp import ClientSession
+    from mcp_types import Implementation
+
     async with AsyncExitStack() as stack:
         read, write = await stack.enter_async_context(transport)
         session = await stack.enter_async_context(
-            ClientSession(read, write, client_info=CLIENT_INFO)
+            ClientSession(read, write, client_info=Implementation(**CLIENT_INFO))
         )
         await session.initialize()
         yield session
@@ -81,6 +81,8 @@ async def session_over(transport):
 
 def gateway_stdio(config, token, errlog):
     """A session with a gateway process spawned over stdio (the installed script)."""
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
     params = StdioServerParameters(
         command=str(GATEWAY), args=["--config", str(config)], env={"EFFECTGATE_TOKEN": token}
     )
@@ -88,6 +90,8 @@ def gateway_stdio(config, token, errlog):
 
 
 def upstream_stdio(ledger, errlog):
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
     params = StdioServerParameters(
         command=sys.executable, args=[str(UPSTREAM)], env=ledger.upstream_env()
     )
@@ -162,6 +166,9 @@ class RetryingClient:
                 await context.__aexit__(None, None, None)
 
     async def call(self, name, arguments):
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import REQUEST_TIMEOUT
+
         answers = []
         for _ in range(self.tries):
             session = await self._session()
@@ -290,6 +297,8 @@ def test_http_gateway_commits_no_duplicates_where_a_direct_connection_does(
     mcp_config, mcp_effectgate, mcp_ledger, mcp_http_upstream, mcp_free_port, tmp_path,
     record_property,
 ):  # fmt: skip
+    from mcp.client.streamable_http import streamable_http_client
+
     config = mcp_config(
         upstreams=[
             {
@@ -569,6 +578,8 @@ def test_the_derived_key_survives_a_reconnect(mcp_config, mcp_effectgate, mcp_le
 
 
 def test_derived_keys_name_the_session_tool_and_canonical_arguments():
+    from effectgate_client.integrations.mcp_gateway import derive_operation_key
+
     key = derive_operation_key("user:alice|refund-agent", "send_refund", {"a": 1, "b": [2]})
     assert key == derive_operation_key("user:alice|refund-agent", "send_refund", {"b": [2], "a": 1})
     assert len(key) <= 255
@@ -579,6 +590,8 @@ def test_derived_keys_name_the_session_tool_and_canonical_arguments():
 def test_one_intent_written_as_500_or_500_0_or_in_another_key_order_derives_one_key():
     """The key follows the RFC 8785 canonical form, as the intent hash does: arguments
     that are one intent to Effectgate are one operation, however their JSON was written."""
+    from effectgate_client.integrations.mcp_gateway import derive_operation_key
+
     session, tool = "user:alice|refund-agent", "send_refund"
     first = json.loads('{"payment_id": "pay_\u00e9", "amount_cents": 500}')
     key = derive_operation_key(session, tool, first)
@@ -598,6 +611,8 @@ def test_one_intent_written_as_500_or_500_0_or_in_another_key_order_derives_one_
 def test_keys_of_integer_and_string_arguments_are_those_earlier_releases_derived():
     """For integers and strings the canonical form is the text earlier gateways hashed,
     so a call retried across an upgrade keeps its key (and its operation)."""
+    from effectgate_client.integrations.mcp_gateway import derive_operation_key
+
     arguments = {"payment_id": "pay_1", "amount_cents": 500}
     key = derive_operation_key("user:alice|refund-agent", "send_refund", arguments)
     assert key == "eg:fb4bc2df0e50d8f565dcb0065dc07bd46c38652c"
@@ -606,6 +621,8 @@ def test_keys_of_integer_and_string_arguments_are_those_earlier_releases_derived
 def test_arguments_without_a_canonical_form_still_derive_a_stable_key():
     """An integer beyond ±(2^53-1) or a NaN has no RFC 8785 form; Effectgate refuses such
     arguments itself, so the gateway only needs a key to send them with, not an error."""
+    from effectgate_client.integrations.mcp_gateway import derive_operation_key
+
     for arguments in ({"amount_cents": 2**60}, {"amount_cents": float("nan")}):
         key = derive_operation_key("s", "send_refund", arguments)
         assert key == derive_operation_key("s", "send_refund", dict(arguments))

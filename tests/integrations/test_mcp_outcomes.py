@@ -1,12 +1,18 @@
 """How the MCP gateway classifies an upstream's error answer (no process needed)."""
 
-from mcp_types import CallToolResult, TextContent
-
 from effectgate_client import Failed, Unknown
-from effectgate_client.integrations.mcp_gateway import _upstream_failure
+
+
+def _upstream_failure(answer):
+    # The gateway and mcp_types load the MCP SDK: only when a test of this module runs.
+    from effectgate_client.integrations.mcp_gateway import _upstream_failure
+
+    return _upstream_failure(answer)
 
 
 def _error(meta=None):
+    from mcp_types import CallToolResult, TextContent
+
     return CallToolResult(
         content=[TextContent(type="text", text="it went wrong")], is_error=True, _meta=meta
     )

@@ -1,6 +1,10 @@
 """The OpenAI Agents SDK adapter against the real SDK: an agent driven by the SDK's own
 ``ScriptedModel`` (no network, no model) calls a guarded ``function_tool``; a live
-Effectgate decides. Each test checks what the model reads back."""
+Effectgate decides. Each test checks what the model reads back.
+
+The SDK takes about a second to import: the tests and helpers that use it import it
+themselves, since every parallel worker collects this module and only the one that runs
+a test needs it."""
 
 import asyncio
 import json
@@ -8,14 +12,10 @@ import threading
 import time
 
 import pytest
-from agents import Agent, function_tool, set_tracing_disabled
-from agents import Runner as AgentRunner
-from agents.testing import ScriptedModel, assistant_message, function_call
 from django.db import connections
 from guardian.shortcuts import assign_perm
 
 from effectgate_client import EffectgateClient, Failed, Runner
-from effectgate_client.integrations.openai_agents import current_attempt, guard
 from operations import services
 from operations.models import Operation, Tool
 from tests.approvals.conftest import person
@@ -24,7 +24,6 @@ from tests.conftest import contract, make_runner
 from tests.support.event_loop import run_in_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
-set_tracing_disabled(True)  # the SDK's tracing would export to OpenAI
 
 ARGS = {"payment_id": "pay_1", "amount_cents": 500}
 
@@ -37,6 +36,8 @@ class Provider:
         self.refunds: list[tuple[str, str]] = []
 
     def refund(self, payment_id: str, amount_cents: int) -> str:
+        from effectgate_client.integrations.openai_agents import current_attempt
+
         step = self.script.pop(0) if self.script else None
         if isinstance(step, BaseException):
             if getattr(step, "after_commit", False):
@@ -48,6 +49,13 @@ class Provider:
         return f"refunded {amount_cents} on {payment_id}"
 
 
+@pytest.fixture(autouse=True)
+def _no_tracing():
+    from agents import set_tracing_disabled
+
+    set_tracing_disabled(True)  # the SDK's tracing would export to OpenAI
+
+
 @pytest.fixture
 def world(live_server):
     api = make_runner()
@@ -57,6 +65,11 @@ def world(live_server):
 
 
 def _agent(provider, runner, run, *, approval=None, steps=None):
+    from agents import Agent, function_tool
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from effectgate_client.integrations.openai_agents import guard
+
     @function_tool(failure_error_function=None)
     def send_refund(payment_id: str, amount_cents: int) -> str:
         """Refund a payment."""
@@ -84,6 +97,8 @@ def _seen(model, call_id="call_1"):
 
 
 def _run(agent):
+    from agents import Runner as AgentRunner
+
     return run_in_thread(asyncio.run, AgentRunner.run(agent, "refund order 551"))
 
 
@@ -212,6 +227,8 @@ def test_a_refusal_by_the_provider_is_a_failure(world):
 
 
 def test_an_exhausted_budget_is_refused_without_calling_the_tool(world):
+    from agents.testing import assistant_message, function_call
+
     _, client = world
     provider = Provider()
     runner = Runner(client, lease_s=10)
@@ -248,6 +265,10 @@ def test_an_outcome_that_cannot_be_recorded_is_unknown_to_the_model(live_server)
 
 
 def test_the_sdks_timeout_is_not_kept(world):
+    from agents import function_tool
+
+    from effectgate_client.integrations.openai_agents import guard
+
     _, client = world
 
     @function_tool(failure_error_function=None, timeout=5)

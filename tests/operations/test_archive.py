@@ -26,6 +26,7 @@ from operations.services import archive as archive_module
 from tests.approvals.conftest import person
 from tests.conftest import contract
 from tests.support.db import skip_unless_postgresql
+from tests.support.world import Direct
 
 pytestmark = pytest.mark.django_db
 
@@ -40,25 +41,26 @@ def _verify(*args: str) -> str:
 def ledger(api, settings):
     """Forty days ago: a refund approved and succeeded (with its webhooks), one that
     failed, an operation still waiting; today: one that succeeded."""
+    direct = Direct(api)  # the tests are about the archive, not the runner API
     settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
     api.post("/api/v1/webhook-endpoints", {"url": "http://127.0.0.1:9/h", "events": ["*"]})
-    api.tool("refund", contract("irreversible", approval={"mode": "always"}))
-    api.tool("email", contract("idempotent"))
+    direct.tool("refund", contract("irreversible", approval={"mode": "always"}))
+    direct.tool("email", contract("idempotent"))
     approver = person()
     assign_perm("operations.decide_tool", approver, Tool.objects.get(pk="refund"))
     with time_machine.travel(timezone.now() - timedelta(days=40)):
-        run = api.run()
-        approved = api.register(run, "refund")
+        run = direct.run()
+        approved = direct.register(run, "refund")
         services.approval_decide(
             request_id=approved["approval"]["id"], user=approver, approve=True, comment="ok"
         )
-        api.claim(approved["id"])
-        api.outcome(approved["id"], 1, {"kind": "succeeded", "downstream_id": "re_1"})
-        failed = api.register(run, "email", claim={"lease_s": 30})
-        api.outcome(failed["id"], 1, {"kind": "failed", "code": "bounced"})
-        waiting = api.register(run, "refund")
-    recent = api.register(run, "email", claim={"lease_s": 30})
-    api.outcome(recent["id"], 1, {"kind": "succeeded"})
+        direct.claim(approved["id"])
+        direct.outcome(approved["id"], 1, {"kind": "succeeded", "downstream_id": "re_1"})
+        failed = direct.register(run, "email", claim={"lease_s": 30})
+        direct.outcome(failed["id"], 1, {"kind": "failed", "code": "bounced"})
+        waiting = direct.register(run, "refund")
+    recent = direct.register(run, "email", claim={"lease_s": 30})
+    direct.outcome(recent["id"], 1, {"kind": "succeeded"})
     return {"approved": approved, "failed": failed, "waiting": waiting, "recent": recent}
 
 

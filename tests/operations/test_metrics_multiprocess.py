@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from bench.stack import Stack, fresh_database
+from tests.support.db import own_database_name
 
 pytestmark = pytest.mark.slow
 TOKEN = "multiprocess-metrics-token"
@@ -21,7 +22,7 @@ def _count(text: str, route: str) -> float:
 
 
 def test_every_workers_requests_are_counted(tmp_path):
-    url = fresh_database("effectgate_metrics", base_url=os.environ.get("DATABASE_URL"))
+    url = fresh_database(own_database_name("metrics"), base_url=os.environ.get("DATABASE_URL"))
     multiproc = tmp_path / "prometheus"
     multiproc.mkdir()
     env = {"PROMETHEUS_MULTIPROC_DIR": str(multiproc), "METRICS_TOKEN": TOKEN}

@@ -13,7 +13,7 @@ from django.conf import settings
 
 from bench.stack import Stack, fresh_database
 from effectgate_client import EffectgateClient, Failed, Runner, Unknown
-from tests.support.db import skip_unless_postgresql
+from tests.support.db import own_database_name, skip_unless_postgresql
 
 pytestmark = [
     pytest.mark.slow,
@@ -94,7 +94,7 @@ def test_a_restored_backup_verifies_and_its_runner_resumes(tmp_path):
     base = os.environ.get("DATABASE_URL") or (
         "postgres://{USER}@{HOST}:{PORT}/{NAME}".format(**settings.DATABASES["default"])
     )
-    source = fresh_database("effectgate_drill_source", base_url=base)
+    source = fresh_database(own_database_name("drill_source"), base_url=base)
     first = Calls({"unknown": Unknown("timeout"), "failed": Failed("card_declined", "no")})
     with Stack(source, workers=1, threads=4, loops=False, log_dir=tmp_path / "source") as stack:
         token = stack.token
@@ -157,7 +157,7 @@ def test_a_restored_backup_verifies_and_its_runner_resumes(tmp_path):
     }
     before = list(first.made)
 
-    restored = fresh_database("effectgate_drill_restored", base_url=base)
+    restored = fresh_database(own_database_name("drill_restored"), base_url=base)
     _pg("pg_restore", "--no-owner", f"--dbname={restored}", str(dump))
     # Before anything else writes to it: the same chain heads as at the backup.
     verified = Stack(restored).manage("audit", "verify")

@@ -14,6 +14,7 @@ import pytest
 from operations import services
 from operations.models import Operation, Run, WebhookEndpoint
 from tests.conftest import contract
+from tests.support.world import Direct
 
 from .conftest import ledger_state
 
@@ -29,19 +30,22 @@ class Endpoint:
 @pytest.fixture
 def endpoints(api, settings) -> dict[str, Endpoint]:
     settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
-    api.tool("t", contract("idempotent"))
-    api.tool("undo", contract("compensable"))
-    api.tool("pay", contract("irreversible", approval={"mode": "never"}))
-    run = api.run()
-    executing = api.register(run, "t")
-    api.claim(executing["id"])
-    ready = api.register(run, "t", {"payment_id": "p2", "amount_cents": 2})
-    unknown = api.register(run, "pay")
-    api.claim(unknown["id"])
-    api.outcome(unknown["id"], 1, {"kind": "unknown", "code": "timeout_unknown"})
-    compensating = api.register(run, "undo")
-    api.claim(compensating["id"])
-    api.outcome(compensating["id"], 1, {"kind": "unknown", "code": "timeout_unknown"})
+    # The objects the requests aim at, made through the services: the tests are about
+    # the bodies sent to the API, not about making these.
+    direct = Direct(api)
+    direct.tool("t", contract("idempotent"))
+    direct.tool("undo", contract("compensable"))
+    direct.tool("pay", contract("irreversible", approval={"mode": "never"}))
+    run = direct.run()
+    executing = direct.register(run, "t")
+    direct.claim(executing["id"])
+    ready = direct.register(run, "t", {"payment_id": "p2", "amount_cents": 2})
+    unknown = direct.register(run, "pay")
+    direct.claim(unknown["id"])
+    direct.outcome(unknown["id"], 1, {"kind": "unknown", "code": "timeout_unknown"})
+    compensating = direct.register(run, "undo")
+    direct.claim(compensating["id"])
+    direct.outcome(compensating["id"], 1, {"kind": "unknown", "code": "timeout_unknown"})
     assert Operation.objects.get(pk=compensating["id"]).status == "compensating"
     endpoint, _ = services.webhook_endpoint_create(
         runner=api.runner, url="http://127.0.0.1:9/hook", events=["operation.*"]

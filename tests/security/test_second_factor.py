@@ -18,6 +18,7 @@ from operations.access import SECOND_FACTOR_REFUSAL
 from operations.models import Event, Operation
 from tests.approvals.conftest import person
 from tests.conftest import contract
+from tests.support.world import Direct
 
 
 def _code(device: TOTPDevice, *, offset_steps: int = 0) -> str:
@@ -46,12 +47,13 @@ def _enrol(client: Client, user) -> TOTPDevice:
 
 @pytest.fixture
 def pending_irreversible(api):
-    api.tool("pay", contract("irreversible", approval={"mode": "always"}))
-    api.tool("read", contract("read_only", approval={"mode": "always"}))
-    run = api.run(principal="user:somebody")
+    direct = Direct(api)  # the tests are about deciding, not about registering
+    direct.tool("pay", contract("irreversible", approval={"mode": "always"}))
+    direct.tool("read", contract("read_only", approval={"mode": "always"}))
+    run = direct.run(principal="user:somebody")
     return {
-        "pay": api.register(run, "pay"),
-        "read": api.register(run, "read", {"payment_id": "p", "amount_cents": 2}),
+        "pay": direct.register(run, "pay"),
+        "read": direct.register(run, "read", {"payment_id": "p", "amount_cents": 2}),
     }
 
 

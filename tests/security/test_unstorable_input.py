@@ -14,6 +14,7 @@ from operations import services
 from operations.models import InboundEvent, Tool, WebhookEndpoint
 from tests.conftest import contract
 from tests.console.conftest import client_for
+from tests.support.world import Direct
 
 from .conftest import ledger_state
 
@@ -148,9 +149,10 @@ FIVE_THOUSAND_DIGITS = "9" * 5000
 
 @pytest.fixture
 def executing(api):
-    api.tool("t")
-    op = api.register(api.run(), "t")
-    api.claim(op["id"])
+    direct = Direct(api)  # the tests are about what is posted to it, not about making it
+    direct.tool("t")
+    op = direct.register(direct.run(), "t")
+    direct.claim(op["id"])
     return op
 
 

@@ -33,7 +33,11 @@ class LookupServer:
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # shutdown() waits until serve_forever notices, which it checks every
+        # poll_interval (half a second by default): that would be each test's teardown.
+        self.thread = threading.Thread(
+            target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+        )
         self.thread.start()
 
     def answer(self, key: str, document, status: int = 200, delay: float = 0) -> None:
