@@ -8,6 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 OPERATORS = {"eq", "ne", "gt", "gte", "lt", "lte", "in"}
+# What a rule does when the operation omits its argument: "match" (the default, also of
+# every rule stored without the key) asks a person; "skip" lets the rule pass.
+WHEN_MISSING = ("match", "skip")
 _MISSING = object()
 
 
@@ -67,16 +70,23 @@ def json_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
+def skips_when_missing(rule: dict[str, Any]) -> bool:
+    """Whether the rule passes an operation that omits its argument (``"when_missing":
+    "skip"``); a rule without the key matches it."""
+    return rule.get("when_missing", "match") == "skip"
+
+
 def rule_matches(rule: dict[str, Any], arguments: Any) -> bool:
     """Whether one rule asks for approval.
 
-    A rule on an absent argument does not match. An ordering comparison between values
-    of different types (a string amount against a numeric limit) matches: when the
-    policy cannot tell, a person decides.
+    A rule on an absent argument matches, whatever its operator, unless it says
+    ``"when_missing": "skip"``: the policy cannot tell what the operation will do, so a
+    person decides. So does an ordering comparison between values of different types (a
+    string amount against a numeric limit).
     """
     actual = resolve_pointer(arguments, rule["path"])
     if is_missing(actual):
-        return False
+        return not skips_when_missing(rule)
     op, expected = rule["op"], rule["value"]
     if op == "eq":
         return json_equal(actual, expected)
@@ -100,6 +110,8 @@ class PolicyResult:
     mode: str
     matched_rules: list[dict[str, Any]] = field(default_factory=list)
     runner_reason: str | None = None
+    # The paths of the matched rules whose argument the operation omits.
+    absent_paths: frozenset[str] = frozenset()
 
     @property
     def reason(self) -> str:
@@ -108,7 +120,13 @@ class PolicyResult:
         if self.mode == "always":
             parts.append("The tool's contract requires approval for every operation.")
         for rule in self.matched_rules:
-            parts.append(f"Rule matched: {rule['path']} {rule['op']} {rule['value']!r}.")
+            shown = f"{rule['path']} {rule['op']} {rule['value']!r}"
+            if rule["path"] in self.absent_paths:
+                parts.append(
+                    f"Rule matched: {shown}: {rule['path']} is absent, so a person decides."
+                )
+            else:
+                parts.append(f"Rule matched: {shown}.")
         if self.runner_reason is not None:
             parts.append(f"The runner asked for approval: {self.runner_reason}")
         return " ".join(parts)
@@ -128,10 +146,14 @@ def evaluate(
     """
     mode = approval["mode"]
     matched: list[dict[str, Any]] = []
+    absent: frozenset[str] = frozenset()
     if mode == "always":
         required = True
     elif mode == "rules":
         matched = [rule for rule in approval["rules"] if rule_matches(rule, arguments)]
+        absent = frozenset(
+            rule["path"] for rule in matched if is_missing(resolve_pointer(arguments, rule["path"]))
+        )
         required = bool(matched)
     else:
         required = False
@@ -141,4 +163,5 @@ def evaluate(
         mode=mode,
         matched_rules=matched,
         runner_reason=reason,
+        absent_paths=absent,
     )

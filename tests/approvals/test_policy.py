@@ -36,13 +36,51 @@ ARGS = {
         ("/flags/a~1b", "eq", 1, True),
         ("/flags/m~0n", "eq", 2, True),
         ("/items/0/sku", "eq", "x", True),
-        ("/items/1/sku", "eq", "x", False),  # absent: no match
-        ("/missing", "ne", 1, False),  # absent: no match, even for ne
+        ("/items/1/sku", "eq", "x", True),  # absent: a person decides
+        ("/missing", "ne", 1, True),  # absent: a person decides, whatever the operator
+        ("/missing", "lt", 0, True),
+        ("/note/0", "eq", "1", True),  # a string has no elements: absent
         ("/note", "gt", 500, True),  # type mismatch on an ordering: a person decides
     ],
 )
 def test_rules_table(path, op, value, expected):
     assert rule_matches({"path": path, "op": op, "value": value}, ARGS) is expected
+
+
+def test_a_rule_on_an_absent_argument_matches_unless_it_says_skip():
+    def matches(when_missing: str, path: str, op: str = "eq", value: object = "x") -> bool:
+        rule = {"path": path, "op": op, "value": value, "when_missing": when_missing}
+        return rule_matches(rule, ARGS)
+
+    for absent in ("/missing", "/items/1/sku", "/flags/vip/0"):
+        assert (matches("match", absent), matches("skip", absent)) == (True, False), absent
+    # A present argument is compared, whatever when_missing says.
+    for when_missing in ("match", "skip"):
+        assert matches(when_missing, "/amount_cents", "gt", 50000) is True
+        assert matches(when_missing, "/amount_cents", "gt", 60000) is False
+    # null is a value, not an absence.
+    assert rule_matches({"path": "/n", "op": "eq", "value": 1}, {"n": None}) is False
+
+
+def test_the_reason_says_a_person_decides_because_the_argument_is_absent():
+    approval = {
+        "mode": "rules",
+        "rules": [
+            {"path": "/amount_cents", "op": "gt", "value": 50000},
+            {"path": "/reference", "op": "ne", "value": "ok"},
+            {"path": "/memo", "op": "eq", "value": "x", "when_missing": "skip"},
+        ],
+    }
+    result = evaluate(approval, ARGS)
+    assert result.required
+    assert result.matched_rules == approval["rules"][:2]
+    assert result.absent_paths == {"/reference"}
+    assert result.reason == (
+        "Rule matched: /amount_cents gt 50000. "
+        "Rule matched: /reference ne 'ok': /reference is absent, so a person decides."
+    )
+    skipped = evaluate({"mode": "rules", "rules": approval["rules"][2:]}, ARGS)
+    assert (skipped.required, skipped.matched_rules, skipped.reason) == (False, [], "")
 
 
 def test_pointer_parsing():
