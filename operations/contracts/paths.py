@@ -1,8 +1,9 @@
 """What an argument schema provably says about one place in the arguments.
 
 Approval rules, the concurrency key and ``"x-sensitive"`` marks name places in the
-arguments by JSON pointer. A rule on a place the schema cannot produce silently never
-matches, and a new contract version may only activate by itself when each protected
+arguments by JSON pointer. A rule on a place the schema cannot produce is a misspelt
+path (it would ask a person for every operation, or with ``"when_missing": "skip"`` for
+none), and a new contract version may only activate by itself when each protected
 place keeps its type and its presence. Both questions are answered here, from the schema
 alone, by ``locate``:
 

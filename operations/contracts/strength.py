@@ -10,7 +10,7 @@ values admitted there). Pure functions over normalized contracts.
 import json
 from typing import Any
 
-from approvals.policy import json_equal, parse_pointer
+from approvals.policy import json_equal, parse_pointer, skips_when_missing
 
 from ..machine import EFFECT_CLASS_RANK, EffectClass
 from .display import summary_labels
@@ -55,14 +55,7 @@ def _setting_weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     if APPROVAL_MODE_RANK[new_a["mode"]] < APPROVAL_MODE_RANK[old_a["mode"]]:
         reasons.append(f"approval mode weakened from {old_a['mode']} to {new_a['mode']}")
     elif new_a["mode"] == old_a["mode"] == "rules":
-        # JSON equality: a rule "eq true" is not the rule "eq 1", which never matches a
-        # boolean, although Python calls the two dicts equal.
-        for rule in old_a["rules"]:
-            if not any(json_equal(rule, other) for other in new_a["rules"]):
-                value = json.dumps(rule["value"], ensure_ascii=False)
-                reasons.append(
-                    f"approval rule removed or changed: {rule['path']} {rule['op']} {value}"
-                )
+        reasons.extend(_rule_weakenings(old_a["rules"], new_a["rules"]))
     if set(new_a.get("editable", [])) - set(old_a.get("editable", [])):
         reasons.append("more fields a person may edit when approving")
     if new_a.get("escalate_to") and (
@@ -96,6 +89,32 @@ def _setting_weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         or set(old_breaker["failure_codes"]) - set(new_breaker["failure_codes"])
     ):
         reasons.append("a weaker circuit breaker")
+    return reasons
+
+
+def _condition(rule: dict[str, Any]) -> dict[str, Any]:
+    return {key: rule[key] for key in ("path", "op", "value")}
+
+
+def _rule_weakenings(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
+    """Every active rule must be kept, and one that asks a person when its argument is
+    absent must still: ``when_missing`` from ``match`` to ``skip`` (a rule without the
+    key is ``match``) is a weakening, from ``skip`` to ``match`` a strengthening.
+
+    The conditions are compared as JSON: a rule "eq true" is not the rule "eq 1", which
+    never matches a boolean, although Python calls the two dicts equal.
+    """
+    reasons = []
+    for rule in old:
+        kept = [other for other in new if json_equal(_condition(rule), _condition(other))]
+        shown = f"{rule['path']} {rule['op']} {json.dumps(rule['value'], ensure_ascii=False)}"
+        if not kept:
+            reasons.append(f"approval rule removed or changed: {shown}")
+        elif not skips_when_missing(rule) and all(skips_when_missing(other) for other in kept):
+            reasons.append(
+                f"approval rule {shown} no longer asks a person when {rule['path']} is "
+                'absent (when_missing changed from "match" to "skip")'
+            )
     return reasons
 
 

@@ -2,7 +2,9 @@
 
 Pure functions over plain dicts; the services store what ``normalize_contract`` returns.
 A normalized contract has every field filled in, so two contracts are the same version
-exactly when their normalized forms are equal.
+exactly when their normalized forms are equal. One default is left out instead: an
+approval rule's ``"when_missing": "match"``, so that the contracts stored before rules had
+the key keep their hash, and a rule without it means "match" wherever it is read.
 """
 
 import copy
@@ -14,7 +16,7 @@ import httpx
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from approvals.policy import OPERATORS, parse_pointer
+from approvals.policy import OPERATORS, WHEN_MISSING, parse_pointer
 
 from ..errors import InvalidContract
 from ..machine import OUTCOME_CODE_PATTERN, EffectClass
@@ -74,6 +76,7 @@ CONTRACT_SCHEMA: dict[str, Any] = {
                             "path": _pointer,
                             "op": {"enum": sorted(OPERATORS)},
                             "value": {},
+                            "when_missing": {"enum": list(WHEN_MISSING)},
                         },
                     },
                 },
@@ -239,8 +242,11 @@ def _unproven_places(
 ) -> list[dict[str, str]]:
     """Rules, the concurrency key and sensitive marks on places the schema cannot prove.
 
-    A rule on an absent place silently never matches (``approvals.policy.rule_matches``),
-    so it is refused here rather than stored.
+    A rule on a place the schema does not declare would ask a person for every operation
+    (an absent argument matches, ``approvals.policy.rule_matches``) or, with
+    ``"when_missing": "skip"``, for none: a misspelt path, either way, and one the
+    strength proof could not compare with a later version. So it is refused here rather
+    than stored.
     """
     named = [(f"/approval/rules/{i}/path", rule["path"], False) for i, rule in enumerate(rules)]
     if concurrency_key:
@@ -332,6 +338,7 @@ def normalize_contract(body: Any) -> dict[str, Any]:
         "grant_ttl_s": 900,
         **body.get("approval", {}),
     }
+    approval["rules"] = [_normalized_rule(rule) for rule in approval["rules"]]
     reconcile = {"mode": "manual", "url": None, "max_probes": 10, **body.get("reconcile", {})}
 
     problems: list[dict[str, str]] = []
@@ -398,6 +405,13 @@ def normalize_contract(body: Any) -> dict[str, Any]:
     if "display" in body:
         normalized["display"] = copy.deepcopy(body["display"])
     return normalized
+
+
+def _normalized_rule(rule: dict[str, Any]) -> dict[str, Any]:
+    """The rule without its default ``"when_missing": "match"`` (module docstring)."""
+    if rule.get("when_missing") == "match":
+        return {key: value for key, value in rule.items() if key != "when_missing"}
+    return dict(rule)
 
 
 def _approval_extra_problems(

@@ -3,13 +3,16 @@ a document; whenever the document is valid under the new version but not the act
 one, the proof must have refused to activate the new version by itself.
 
 The drawn schemas protect two places: an approval rule at ``/refunds/0/amount`` (an
-integer inside the elements of an array) and the concurrency key at ``/account`` (an
-object, compared whole). Each node on those paths draws its keywords independently for
-the two versions (bounds, multiples, enums, sizes, uniqueness, patterns, formats,
-members, additionalProperties, patternProperties, propertyNames), so pairs narrow, widen
-or both. The sibling ``note`` and the ``required`` lists stay the same in both: a change
-there is a change to another place (``operations.contracts.subsumption``, step 4), and a
-document that differs only there does not reach a protected place.
+integer inside the elements of an array, absent when there is no refund) and the
+concurrency key at ``/account`` (an object, compared whole). Each version draws the
+rule's ``when_missing`` (left out, ``match`` or ``skip``), and a proven version must also
+ask a person for every document the active one would (an absent amount included). Each
+node on those paths draws its keywords independently for the two versions (bounds,
+multiples, enums, sizes, uniqueness, patterns, formats, members, additionalProperties,
+patternProperties, propertyNames), so pairs narrow, widen or both. The sibling ``note``
+and the ``required`` lists stay the same in both: a change there is a change to another
+place (``operations.contracts.subsumption``, step 4), and a document that differs only
+there does not reach a protected place.
 
 Documents are built from values that straddle the drawn bounds (wrong types included);
 ``validator_for`` decides validity as registration does. Derandomized, so CI is stable;
@@ -23,6 +26,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from approvals.policy import evaluate
 from operations.contracts import normalize_contract, weakenings
 from operations.contracts.safety import bounded, validator_for
 from operations.errors import InvalidContract
@@ -200,18 +204,26 @@ def documents(draw, hints: tuple[list, list]) -> dict:
     return document
 
 
-def _contract(schema: dict) -> dict:
+# A rule without the key, or with either value of it.
+when_missing = st.sampled_from([None, "match", "skip"])
+
+
+def _contract(schema: dict, missing: str | None = None) -> dict:
+    rule = {"path": "/refunds/0/amount", "op": "gt", "value": 4}
+    if missing is not None:
+        rule["when_missing"] = missing
     return normalize_contract(
         {
             "effect_class": "irreversible",
             "input_schema": schema,
-            "approval": {
-                "mode": "rules",
-                "rules": [{"path": "/refunds/0/amount", "op": "gt", "value": 4}],
-            },
+            "approval": {"mode": "rules", "rules": [rule]},
             "concurrency_key": "/account",
         }
     )
+
+
+def _asks(version: dict, document: dict) -> bool:
+    return evaluate(version["approval"], document).required
 
 
 def _valid(schema: dict, document: dict) -> bool:
@@ -232,8 +244,9 @@ def test_a_document_only_the_new_version_admits_means_the_proof_refused(data):
     new = data.draw(
         st.one_of(schemas(), variants(old, drop=True), variants(old, drop=False)), label="new"
     )
+    missing = (data.draw(when_missing, label="old when_missing"), data.draw(when_missing))
     try:
-        active, candidate = _contract(old), _contract(new)
+        active, candidate = _contract(old, missing[0]), _contract(new, missing[1])
     except InvalidContract:
         assume(False)
     proven = not weakenings(active, candidate)
@@ -241,14 +254,16 @@ def test_a_document_only_the_new_version_admits_means_the_proof_refused(data):
     for document in data.draw(drawn, label="documents"):
         if proven and _valid(new, document):
             assert _valid(old, document), f"proved stronger, yet admits {document}"
+            if _asks(active, document):
+                assert _asks(candidate, document), f"proved stronger, yet lets {document} by"
 
 
 @pytest.mark.slow
 @settings(max_examples=300, derandomize=True, deadline=None, database=None)
-@given(schema=schemas())
-def test_an_unchanged_schema_is_always_proven(schema):
+@given(schema=schemas(), missing=when_missing)
+def test_an_unchanged_schema_is_always_proven(schema, missing):
     try:
-        active = _contract(schema)
+        active = _contract(schema, missing)
     except InvalidContract:
         assume(False)
-    assert weakenings(active, _contract(schema)) == []
+    assert weakenings(active, _contract(schema, missing)) == []
