@@ -92,3 +92,23 @@ def test_activation_refusal_is_shown_as_a_message(db):
     assert "You may not activate versions of this tool." in refused.content.decode()
     missing = client_for(owner).post("/tools/payout/versions/9/activate", follow=True)
     assert "payout has no version 9." in missing.content.decode()
+
+
+def test_tool_page_says_what_each_rule_does_when_its_argument_is_absent(api, viewer):
+    schema = {
+        "type": "object",
+        "required": ["payment_id"],
+        "properties": {"payment_id": {"type": "string"}, "amount_cents": {"type": "integer"}},
+    }
+    rules = [
+        {"path": "/amount_cents", "op": "gt", "value": 50000},
+        {"path": "/payment_id", "op": "eq", "value": "vip", "when_missing": "skip"},
+    ]
+    api.tool(
+        "payout",
+        contract("irreversible", input_schema=schema, approval={"mode": "rules", "rules": rules}),
+    )
+    assign_perm("operations.decide_tool", viewer, Tool.objects.get(pk="payout"))
+    html = client_for(viewer).get("/tools/payout/").content.decode()
+    assert "a person decides when /amount_cents is absent" in html
+    assert "passes an operation without /payment_id" in html
