@@ -423,6 +423,18 @@ EMAIL_USE_TLS = _env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "effectgate@localhost")
 CONSOLE_BASE_URL = os.environ.get("CONSOLE_BASE_URL", "http://127.0.0.1:8000")
 
+# Which new contract versions wait for a person although the strength proof would let
+# them activate by themselves (operations/services/tools.py, _activation_holds): "none";
+# "irreversible", the first version of a new irreversible tool and a version that makes
+# a tool irreversible; "all", those and the first version of every new tool. So a new
+# tool cannot arrive with approval mode "never" and run before anyone looked at it.
+HOLD_NEW_TOOLS_MODES = ("none", "irreversible", "all")
+HOLD_NEW_TOOLS = os.environ.get("HOLD_NEW_TOOLS", "none").strip().lower() or "none"
+if HOLD_NEW_TOOLS not in HOLD_NEW_TOOLS_MODES:
+    raise ImproperlyConfigured(
+        f"HOLD_NEW_TOOLS: {HOLD_NEW_TOOLS!r} is not one of {', '.join(HOLD_NEW_TOOLS_MODES)}"
+    )
+
 # Reconciliation lookups go only to these hosts (names or CIDR ranges, comma-separated):
 # they are usually on the runner's private network, so nothing is allowed by default.
 RECONCILE_ALLOWED_HOSTS = _env_list("RECONCILE_ALLOWED_HOSTS")

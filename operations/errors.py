@@ -44,6 +44,14 @@ class UnknownTool(DomainError):
     code, status, title = "unknown_tool", 404, "No tool is registered under that name"
 
 
+class ToolNotActive(DomainError):
+    code, status, title = (
+        "tool_not_active",
+        409,
+        "The tool has no active version: a person must activate one first",
+    )
+
+
 class InvalidContract(DomainError):
     code, status, title = "invalid_contract", 422, "The tool contract is not valid"
 

@@ -142,8 +142,9 @@ class ToolVersion(models.Model):
     contract_hash = models.CharField(max_length=64)
     weakens = models.JSONField(
         default=list,
-        help_text="Why this version protects less than the one active when it "
-        "was registered; empty when it does not.",
+        help_text="Why this version did not activate by itself: how it protects less "
+        "than the one active when it was registered, and what held it for a person "
+        "(HOLD_NEW_TOOLS); empty when it activated.",
     )
     registered_by = models.ForeignKey(
         Runner, null=True, on_delete=models.SET_NULL, related_name="+"

@@ -139,7 +139,9 @@ class ToolDetailView(APIView):
     def get(self, request: Request, name: str) -> Response:
         tool = selectors.tool_get(name)
         if tool.active_version is None:
-            raise NotFound(f"No tool {name!r}.")
+            raise NotFound(
+                f"Tool {name} has no active version: it waits for a person to activate one."
+            )
         return Response(ToolOut(tool.active_version).data)
 
     @extend_schema(
@@ -147,7 +149,8 @@ class ToolDetailView(APIView):
         responses={200: ToolOut, 201: ToolOut, **_problems(400, 403, 404, 422)},
         tags=["tools"],
         description="Register or change a tool contract (api.md, Tools). A version that "
-        "weakens the active contract is stored inactive until a person activates it.",
+        "weakens the active contract, or that the server's HOLD_NEW_TOOLS holds, is stored "
+        "inactive until a person activates it (`active`, `weakens`).",
     )
     def put(self, request: Request, name: str) -> Response:
         if not TOOL_NAME.fullmatch(name):

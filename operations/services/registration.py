@@ -248,6 +248,23 @@ def _context(*, runner: Runner, run_id: str, tool_name: str) -> tuple[Run, Tool 
     return run, tool
 
 
+def _not_active(tool: Tool) -> errors.ToolNotActive:
+    """A tool whose versions all wait for a person (``HOLD_NEW_TOOLS``, or a proof the
+    first version could not pass): which one to activate, read only on this path."""
+    latest = (
+        ToolVersion.objects.filter(tool_id=tool.name)
+        .order_by("-number")
+        .values_list("number", flat=True)
+        .first()
+    )
+    return errors.ToolNotActive(
+        f"Tool {tool.name} has no active version: waiting for a person to activate "
+        f"version {latest}.",
+        tool=tool.name,
+        waiting_version=latest,
+    )
+
+
 def _intent(
     *,
     runner: Runner,
@@ -259,8 +276,10 @@ def _intent(
     retry_of: str | None,
 ) -> _Intent:
     """Refusals in api.md's order: unknown tool, retry target, permission, arguments."""
-    if tool is None or tool.active_version is None:
+    if tool is None:
         raise errors.UnknownTool(f"No tool named {tool_name!r} is registered.")
+    if tool.active_version is None:
+        raise _not_active(tool)
     previous = _retry_target(runner=runner, tool=tool, operation_id=retry_of) if retry_of else None
     if not access.runner_may_invoke(runner, tool):
         raise errors.ToolForbidden(f"Runner {runner.name} may not invoke {tool.name}.")

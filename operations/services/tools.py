@@ -1,11 +1,12 @@
 """Tool contracts: versions and their activation by a person; ownership of a tool, the
 runners allowed to invoke it and the people allowed to decide, reconcile and activate."""
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -18,7 +19,7 @@ from .. import access, errors
 from ..canonical import sha256_hex
 from ..contracts import normalize_contract, weakenings
 from ..hosts import lookup_policy
-from ..machine import EventKind
+from ..machine import EffectClass, EventKind
 from ..models import (
     Runner,
     Tool,
@@ -79,13 +80,76 @@ def _require_lookup_host_possible(contract: dict[str, Any]) -> None:
         )
 
 
+class ActivationPolicy(Protocol):
+    """A source of reasons to hold a version for a person: the same question and answer
+    as ``_activation_holds``."""
+
+    def __call__(
+        self, *, tool: Tool, active: ToolVersion | None, contract: dict[str, Any]
+    ) -> list[str]: ...
+
+
+def _setting_holds(
+    *, tool: Tool, active: ToolVersion | None, contract: dict[str, Any]
+) -> list[str]:
+    """What ``HOLD_NEW_TOOLS`` holds: with ``irreversible``, every version of a new
+    irreversible tool (a tool is new until a version of it is active, so the first one
+    a person activates) and a version that makes a tool irreversible; with ``all``,
+    those and every version of any new tool."""
+    mode = settings.HOLD_NEW_TOOLS
+    if mode == "none":
+        return []
+    irreversible = contract["effect_class"] == EffectClass.IRREVERSIBLE
+    setting = f'HOLD_NEW_TOOLS is "{mode}"'
+    if active is None:
+        if mode == "all" or irreversible:
+            noun = "irreversible tool" if irreversible else "tool"
+            return [
+                f"{tool.name} is a new {noun} (no version of it is active yet), and "
+                f"{setting}: a person activates it"
+            ]
+        return []
+    was = active.contract["effect_class"]
+    if irreversible and was != EffectClass.IRREVERSIBLE:
+        return [
+            f"this version makes {tool.name} irreversible (it was {was}), and {setting}: a "
+            "person activates it"
+        ]
+    return []
+
+
+def _activation_holds(
+    *,
+    tool: Tool,
+    active: ToolVersion | None,
+    contract: dict[str, Any],
+    policies: Sequence[ActivationPolicy] = (),
+) -> list[str]:
+    """Why a person must activate this version of ``tool`` although the strength proof
+    may let it activate by itself (empty: nothing holds it); ``active`` is the tool's
+    version in force, or None for a new tool.
+
+    The one place that decides it, from the deployment's ``HOLD_NEW_TOOLS``
+    (``_setting_holds``), then each of ``policies`` in order: the hook for policies
+    people own about ``Action::"activate"`` (Cedar), which add reasons of their own and
+    can never take one of the setting's away. A held version is stored and activated as
+    a weakening one is: inactive, its reasons in ``weakens``, until a person who does
+    not own the registering runner activates it (``tool_version_activate``).
+    """
+    reasons = _setting_holds(tool=tool, active=active, contract=contract)
+    for policy in policies:
+        reasons.extend(policy(tool=tool, active=active, contract=contract))
+    return list(dict.fromkeys(reasons))
+
+
 def tool_register(*, name: str, body: Any, runner: Runner) -> ToolRegistration:
     """Store a contract as a new version if it differs from the latest one.
 
     The runner that registers a tool first owns it; any other runner is refused
     (``tool_not_owned``) before anything is written. A version that weakens the active
-    one is stored inactive; a person allowed to activate tools (never the registering
-    runner's owner) must activate it. A lookup URL whose host the deployment never
+    one, or that ``_activation_holds`` holds (``HOLD_NEW_TOOLS``), is stored inactive
+    with the reasons in ``weakens``; a person allowed to activate tools (never the
+    registering runner's owner) must activate it. A lookup URL whose host the deployment never
     lets lookups reach is refused (``url_not_allowed``), even in an unchanged contract.
     """
     contract = normalize_contract(body)
@@ -99,7 +163,9 @@ def tool_register(*, name: str, body: Any, runner: Runner) -> ToolRegistration:
         if latest is not None and latest.contract_hash == digest:
             return ToolRegistration(version=latest, created=False, changed=False)
         active = tool.active_version
-        reasons = weakenings(active.contract, contract) if active is not None else []
+        weakened = weakenings(active.contract, contract) if active is not None else []
+        holds = _activation_holds(tool=tool, active=active, contract=contract)
+        reasons = weakened + holds
         now = timezone.now()
         version = ToolVersion.objects.create(
             tool=tool,
@@ -122,7 +188,8 @@ def tool_register(*, name: str, body: Any, runner: Runner) -> ToolRegistration:
             data={
                 "version": version.number,
                 "active": not reasons,
-                "weakens": reasons,
+                "weakens": weakened,
+                "holds": holds,
                 "contract_hash": digest,
             },
             now=now,
