@@ -1,5 +1,5 @@
 """Tools: contracts, versions and the differences between them, who may do what,
-and activating a version that weakens the contract."""
+and activating a version that weakens the contract or that HOLD_NEW_TOOLS held."""
 
 from typing import Any
 

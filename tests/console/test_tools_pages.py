@@ -112,3 +112,27 @@ def test_tool_page_says_what_each_rule_does_when_its_argument_is_absent(api, vie
     html = client_for(viewer).get("/tools/payout/").content.decode()
     assert "a person decides when /amount_cents is absent" in html
     assert "passes an operation without /payment_id" in html
+
+
+def test_a_held_new_tool_is_activated_on_its_page_by_a_person_not_the_owner(db, settings):
+    settings.HOLD_NEW_TOOLS = "all"
+    owner = person()
+    api = make_runner(owner=owner)
+    api.tool("payout", contract("idempotent"))
+    tool = Tool.objects.get(pk="payout")
+    operator = person()
+    for someone in (owner, operator):
+        assign_perm("operations.activate_tool", someone, tool)
+    html = client_for(operator).get("/tools/payout/").content.decode()
+    assert "payout is a new tool (no version of it is active yet)" in html
+    assert "Activate v1" in html
+    assert "Activate v1" not in client_for(owner).get("/tools/payout/").content.decode()
+    refused = client_for(owner).post("/tools/payout/versions/1/activate", follow=True)
+    assert "You own the runner that registered this version" in refused.content.decode()
+    tool.refresh_from_db()
+    assert tool.active_version is None
+    response = client_for(operator).post("/tools/payout/versions/1/activate", follow=True)
+    assert "payout v1 is now the active contract." in response.content.decode()
+    tool.refresh_from_db()
+    assert tool.active_version.number == 1
+    assert api.register(api.run(), "payout")["status"] == "ready"
