@@ -55,10 +55,12 @@ class ContractNotActive(EffectgateError):
     """``put_tool`` stored the contract as a version that is not active.
 
     A new version that does not provably protect at least as much as the active one (it
-    *weakens* it) waits for a person to activate it; until then operations keep running
-    under the active version. ``answer`` is the whole answer of ``PUT /tools/{name}``;
-    ``weakens`` its reasons. ``put_tool(..., inactive="warn")`` warns with
-    ``ContractNotActiveWarning`` instead and returns the answer.
+    *weakens* it), or one the server holds for a person (``HOLD_NEW_TOOLS``: a new tool,
+    a tool made irreversible), waits for a person to activate it; until then operations
+    keep running under the active version, if there is one. ``answer`` is the whole
+    answer of ``PUT /tools/{name}``; ``weakens`` its reasons. ``put_tool(...,
+    inactive="warn")`` warns with ``ContractNotActiveWarning`` instead and returns the
+    answer.
     """
 
     def __init__(self, answer: dict[str, Any]) -> None:
@@ -91,11 +93,13 @@ def inactive_contract_message(answer: dict[str, Any]) -> str:
             f"version {version} again on the tool's console page (Tools, {name}, Versions); "
             f"{now}."
         )
+    # The reasons are the strength proof's (what the version weakens) or the server's
+    # hold on new and irreversible tools (HOLD_NEW_TOOLS), worded by the server.
     return (
-        f"Effectgate stored version {version} of {name} but did not activate it: it "
-        f"weakens the active version ({'; '.join(weakens)}). A person allowed to activate "
-        "the tool, who does not own this runner, must review it and press Activate on the "
-        f"tool's console page (Tools, {name}, Versions); {now}."
+        f"Effectgate stored version {version} of {name} but did not activate it "
+        f"({'; '.join(weakens)}). A person allowed to activate the tool, who does not own "
+        "this runner, must review it and press Activate on the tool's console page (Tools, "
+        f"{name}, Versions); {now}."
     )
 
 
@@ -212,6 +216,13 @@ class InvalidContract(ProblemError):
 
 class UnknownTool(ProblemError):
     code = "unknown_tool"
+
+
+class ToolNotActive(ProblemError):
+    """The tool has versions but none is active: a person must activate one (the
+    ``detail`` names it) before operations of it are taken."""
+
+    code = "tool_not_active"
 
 
 class OperationKeyRequired(ProblemError):

@@ -6,7 +6,12 @@ import warnings
 
 import pytest
 
-from effectgate_client import ContractNotActive, ContractNotActiveWarning, EffectgateClient
+from effectgate_client import (
+    ContractNotActive,
+    ContractNotActiveWarning,
+    EffectgateClient,
+    ToolNotActive,
+)
 from operations.models import Tool
 from tests.conftest import contract, make_runner
 
@@ -88,3 +93,29 @@ def test_an_unchanged_contract_a_person_replaced_says_so(client):
     assert raised.value.weakens == []
     assert "a person made version 1 the active one" in str(raised.value)
     assert "weakens" not in str(raised.value)
+
+
+def test_a_new_tool_the_server_holds_raises_and_its_operations_are_refused(client, settings):
+    settings.HOLD_NEW_TOOLS = "irreversible"
+    with pytest.raises(ContractNotActive) as raised:
+        client.put_tool("refund", contract("irreversible", approval={"mode": "never"}))
+    error = raised.value
+    assert (error.tool, error.version, error.active_version) == ("refund", 1, None)
+    assert error.weakens == [
+        "refund is a new irreversible tool (no version of it is active yet), and "
+        'HOLD_NEW_TOOLS is "irreversible": a person activates it'
+    ]
+    message = str(error)
+    assert error.weakens[0] in message
+    assert "weakens" not in message
+    assert "until then the tool has no active version" in message
+    run = client.create_run(principal="user:alice")["id"]
+    with pytest.raises(ToolNotActive) as refused:
+        client.register(
+            run=run,
+            tool="refund",
+            operation_key="k1",
+            arguments={"payment_id": "pay_1", "amount_cents": 5},
+        )
+    assert (refused.value.status, refused.value.problem["waiting_version"]) == (409, 1)
+    assert "waiting for a person to activate version 1" in refused.value.detail
