@@ -416,7 +416,11 @@ class ToolOut(serializers.Serializer):
     version = serializers.IntegerField()
     active_version = serializers.IntegerField(allow_null=True, read_only=True)
     active = serializers.BooleanField(read_only=True)
-    weakens = serializers.ListField(child=serializers.CharField())
+    weakens = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Why this version did not activate by itself (empty when it did): what it "
+        "weakens of the active version, and what holds it for a person (HOLD_NEW_TOOLS).",
+    )
     created_at = serializers.DateTimeField()
 
     def to_representation(self, version: ToolVersion) -> dict[str, Any]:
