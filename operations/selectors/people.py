@@ -473,12 +473,8 @@ def tool_access(tool: Tool) -> list[dict[str, Any]]:
 def tool_runners(tool: Tool) -> dict[str, list[Runner]]:
     """Runners that may invoke ``tool`` (its owner unless restricted, and those allowed
     on it: ``access.runner_may_invoke``) and the other active runners."""
-    granted = get_users_with_perms(tool, only_with_perms_in=["invoke_tool"])
-    may = Q(service_user__in=granted) | Q(service_user__in=_global_holders("invoke_tool"))
-    if tool.owner_id is not None:
-        may |= Q(pk=tool.owner_id, restrict_tools=False)
     runners = Runner.objects.filter(is_active=True).select_related("owner").order_by("name")
-    allowed = list(runners.filter(may).distinct())
+    allowed = list(runners.filter(pk__in=access.invoking_runners(tool).values("pk")))
     allowed_ids = {runner.pk for runner in allowed}
     return {
         "allowed": allowed,
