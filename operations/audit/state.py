@@ -261,9 +261,14 @@ def _grant_problem(row: dict[str, Any], approvers: list[int]) -> str | None:
     # Granted events written before they named the deciders are compared on the rest.
     deciders = granted.get("deciders")
     if deciders is not None and deciders != approvers:
+        whose = (
+            "the signers of its standing grant"
+            if row["standing_grant_id"] is not None
+            else "the approving decisions of its request"
+        )
         return (
-            f"its deciders are users {_shown(approvers)} (the approving decisions of its "
-            f"request), but its granted event names {_shown(deciders)}"
+            f"its deciders are users {_shown(approvers)} ({whose}), but its granted event "
+            f"names {_shown(deciders)}"
         )
     required = _opened_with(row)[0].get("approvals_required")
     if isinstance(required, int) and len(approvers) < required:
