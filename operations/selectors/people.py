@@ -15,7 +15,7 @@ from django.db.models import (
 from django.utils import timezone
 from guardian.shortcuts import get_groups_with_perms, get_users_with_perms
 
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalRequest, Grant, StandingGrant
 from approvals.people import Person
 
 from .. import access, search
@@ -577,3 +577,48 @@ def tool_breaker_history(tool: Tool, limit: int = 20) -> list[Event]:
             "-seq"
         )[:limit]
     )
+
+
+# --- standing grants ----------------------------------------------------------------
+
+
+def standing_grants_for_user(user: Person) -> QuerySet[StandingGrant]:
+    """Standing grants of the tools whose operations ``user`` sees, newest first."""
+    return (
+        StandingGrant.objects.filter(access.visible_filter(user, "tool"))
+        .select_related("created_by", "revoked_by")
+        .prefetch_related("signatures__user")
+        .order_by("-created_at", "-id")
+    )
+
+
+def standing_grant_get_for_user(*, user: Person, grant_id: str) -> StandingGrant:
+    grant = standing_grants_for_user(user).filter(pk=grant_id).first()
+    if grant is None:
+        raise NotFound(f"No standing grant {grant_id!r}.")
+    return grant
+
+
+def standing_grant_uses(grant: StandingGrant) -> list[Grant]:
+    """The grants a standing grant's uses gave, oldest first, with their operations."""
+    return list(
+        Grant.objects.filter(standing_grant=grant)
+        .select_related("request__operation")
+        .order_by("created_at", "id")
+    )
+
+
+def standing_grant_events(grant: StandingGrant) -> list[Event]:
+    return list(Event.objects.filter(stream=f"sgr:{grant.id}").order_by("seq"))
+
+
+def run_with_runner(run_id: str) -> Run | None:
+    """The run ``run_id`` names with its runner (whose principal and owner a standing
+    grant for that run bars), or None for "" (any run) or an unknown id."""
+    return Run.objects.select_related("runner").filter(pk=run_id).first() if run_id else None
+
+
+def tools_decidable_by(user: Person) -> QuerySet[Tool]:
+    """Tools ``user`` holds the decide permission on, for whom a standing grant may be
+    issued (who may sign is ``access.standing_sign_refusal``'s answer)."""
+    return access.tools_for_user(user, [access.DECIDE]).exclude(active_version=None).order_by("name")

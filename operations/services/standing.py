@@ -29,8 +29,8 @@ from approvals.standing import amount_at, pins_problem
 
 from .. import access, errors, payloads
 from ..machine import EventKind, Status
-from ..models import Operation, Run, Tool
-from ..selectors import operation_refresh
+from ..models import Operation, Tool
+from ..selectors import operation_refresh, run_with_runner
 from ..text import normalize_principal
 from .core import (
     Actor,
@@ -87,10 +87,6 @@ def _tool(name: str) -> Tool:
     return tool
 
 
-def _run(run_id: str) -> Run | None:
-    return Run.objects.select_related("runner").filter(pk=run_id).first() if run_id else None
-
-
 def _checked(terms: StandingTerms, *, tool: Tool, now: datetime) -> StandingTerms:
     """``terms`` as a grant stores them (the principal normalized, the sum rounded as the
     column holds it), or ``InvalidRequest`` saying what is wrong."""
@@ -105,7 +101,7 @@ def _checked(terms: StandingTerms, *, tool: Tool, now: datetime) -> StandingTerm
         except ValueError as exc:
             raise refuse(f"{exc}.") from exc
     run_id = terms.run_id.strip()
-    if run_id and _run(run_id) is None:
+    if run_id and run_with_runner(run_id) is None:
         raise refuse(f"there is no run {run_id!r}.")
     problem = pins_problem(terms.pins)
     if problem:
@@ -198,7 +194,7 @@ def standing_grant_issue_locked(
         user=user,
         tool=tool,
         principal=terms.principal,
-        run=_run(terms.run_id),
+        run=run_with_runner(terms.run_id),
         otp_verified=otp_verified,
     )
     if refusal is not None:
@@ -287,7 +283,7 @@ def standing_grant_sign(
                 user=user,
                 tool=_tool(grant.tool),
                 principal=grant.principal,
-                run=_run(grant.run_id),
+                run=run_with_runner(grant.run_id),
                 signed_by=approval_services.standing_grant_signers(grant),
                 otp_verified=otp_verified,
             )
