@@ -142,8 +142,8 @@ def approval_approve_and_issue(request: AuthenticatedHttpRequest, approval_id: s
     )
     messages.success(
         request,
-        f"Approved {op.tool_id} {op.id}; standing grant {grant.id} for the next "
-        f"{grant.max_uses} like it is {state}.",
+        f"Approved {op.tool_id} {op.id} (it is {op.status}); standing grant {grant.id} for the "
+        f"next {grant.max_uses} like it is {state}.",
     )
     return redirect("console:standing-grant", grant_id=grant.id)
 

@@ -2,6 +2,7 @@
 with its signatures and uses, signing and revoking. Issuing from an approval page
 ("approve this and the next N like it") is in the approvals module."""
 
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -38,8 +39,10 @@ def remaining(grant: StandingGrant, now: Any) -> dict[str, Any]:
 
 
 def terms_text(grant: StandingGrant) -> list[str]:
-    """The pins of a grant in words: ``/amount_cents at most 50000``."""
-    return [f"{pin['path']} {PIN_OPERATORS[pin['op']]} {pin['value']!r}" for pin in grant.pins]
+    """The pins of a grant in words, values as JSON: ``/currency one of ["EUR", "USD"]``."""
+    return [
+        f"{pin['path']} {PIN_OPERATORS[pin['op']]} {json.dumps(pin['value'])}" for pin in grant.pins
+    ]
 
 
 @require_GET

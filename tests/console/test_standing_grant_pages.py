@@ -81,8 +81,8 @@ def test_approve_and_issue_from_the_approval_page(api, pending, ann):
     assert response.status_code == 302
     assert response.url == f"/standing-grants/{grant.id}/"
     assert _messages(response) == [
-        f"Approved refund {pending['id']}; standing grant {grant.id} for the next 2 like it is "
-        "active."
+        f"Approved refund {pending['id']} (it is ready); standing grant {grant.id} for the "
+        "next 2 like it is active."
     ]
     assert ApprovalRequest.objects.get(pk=pending["approval"]["id"]).status == "approved"
     assert grant.pins == [
