@@ -95,8 +95,10 @@ def approval_get_for_user(*, user: Person, approval_id: str) -> ApprovalRequest:
         ApprovalRequest.objects.filter(
             _decidable_by(user, [access.DECIDE, access.RECONCILE]), pk=approval_id
         )
-        .select_related("grant", "operation", "operation__run", "operation__tool_version")
-        .prefetch_related("decisions__user")
+        .select_related(
+            "grant__standing_grant", "operation", "operation__run", "operation__tool_version"
+        )
+        .prefetch_related("decisions__user", "grant__standing_grant__signatures__user")
         .first()
     )
     if request is None:
@@ -260,8 +262,8 @@ def operation_trace(op: Operation) -> dict[str, Any]:
         "events": events,
         "attempts": list(op.attempt_set.order_by("number")),
         "approvals": list(
-            op.approval_requests.select_related("grant")
-            .prefetch_related("decisions__user")
+            op.approval_requests.select_related("grant__standing_grant")
+            .prefetch_related("decisions__user", "grant__standing_grant__signatures__user")
             .order_by("created_at")
         ),
         "resolutions": list(op.resolutions.select_related("declared_by", "review", "review__user")),
@@ -621,4 +623,6 @@ def run_with_runner(run_id: str) -> Run | None:
 def tools_decidable_by(user: Person) -> QuerySet[Tool]:
     """Tools ``user`` holds the decide permission on, for whom a standing grant may be
     issued (who may sign is ``access.standing_sign_refusal``'s answer)."""
-    return access.tools_for_user(user, [access.DECIDE]).exclude(active_version=None).order_by("name")
+    return (
+        access.tools_for_user(user, [access.DECIDE]).exclude(active_version=None).order_by("name")
+    )
