@@ -531,8 +531,7 @@ def _use(
     # The operation's own runner hears of the use with its operation; the other runners
     # that may invoke the tool, of the grant only (a runner sees only its own operations).
     body = payloads.standing_grant(grant)
-    tool = Tool.objects.get(pk=grant.tool)
-    others = access.invoking_runners(tool).filter(is_active=True).exclude(pk=op.runner_id)
+    others = access.invoking_runners(op.tool).filter(is_active=True).exclude(pk=op.runner_id)
     outbox_enqueue_to(
         runners=[op.runner],
         event_type="standing_grant.used",
