@@ -49,6 +49,7 @@ from .terms import money, money_text, standing_grant_terms
 GrantStatus = StandingGrant.GrantStatus
 
 MAX_USES = 100_000
+MAX_QUORUM = 20
 MAX_LIFETIME = timedelta(days=366)
 # numeric(20, 6): the largest sum a grant's columns hold, with room for the last use.
 MAX_SUM = Decimal(10) ** 13
@@ -128,6 +129,8 @@ def _checked(terms: StandingTerms, *, tool: Tool, now: datetime) -> StandingTerm
     assert version is not None  # _tool refuses a tool without one
     needed = version.contract["approval"].get("approvals_required", 1)
     quorum = terms.approvals_required if terms.approvals_required is not None else needed
+    if isinstance(quorum, int) and quorum > MAX_QUORUM:
+        raise refuse(f"at most {MAX_QUORUM} people sign one.")
     if not isinstance(quorum, int) or quorum < needed:
         raise refuse(
             f"{tool.name} needs {needed} approval{'s' if needed != 1 else ''}; a standing grant "

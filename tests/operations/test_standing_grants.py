@@ -191,6 +191,7 @@ def test_a_grant_issued_with_a_quorum_of_one_does_not_cover_a_tool_that_now_need
         {"max_sum": Decimal(10)},
         {"principal": "user:ali\u200bce"},
         {"run_id": "run_nope"},
+        {"approvals_required": 21},
     ],
     ids=[
         "no-use",
@@ -202,6 +203,7 @@ def test_a_grant_issued_with_a_quorum_of_one_does_not_cover_a_tool_that_now_need
         "max-without-path",
         "hidden",
         "run",
+        "quorum",
     ],
 )
 def test_terms_that_cannot_be_met_are_refused(api, terms):
