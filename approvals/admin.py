@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.db.models import Model
 from django.http import HttpRequest
 
-from .models import ApprovalRequest, Decision, Grant
+from .models import ApprovalRequest, Decision, Grant, StandingGrant, StandingGrantSignature
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -38,4 +38,15 @@ class DecisionAdmin(ReadOnlyAdmin):
 
 @admin.register(Grant)
 class GrantAdmin(ReadOnlyAdmin):
-    list_display = ["id", "request", "expires_at", "revoked_at"]
+    list_display = ["id", "request", "expires_at", "revoked_at", "standing_grant"]
+
+
+@admin.register(StandingGrant)
+class StandingGrantAdmin(ReadOnlyAdmin):
+    list_display = ["id", "tool", "principal", "status", "uses", "max_uses", "expires_at"]
+    list_filter = ["status"]
+
+
+@admin.register(StandingGrantSignature)
+class StandingGrantSignatureAdmin(ReadOnlyAdmin):
+    list_display = ["grant", "user", "at", "second_factor"]

@@ -9,9 +9,10 @@ from functools import partial
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 
 from .ids import new_id
+from .standing import Family
 
 
 class ApprovalRequest(models.Model):
@@ -107,6 +108,121 @@ class Grant(models.Model):
         settings.AUTH_USER_MODEL, null=True, on_delete=models.PROTECT, related_name="+"
     )
     revoke_reason = models.TextField(blank=True, default="")
+    # Set when a standing grant gave this grant instead of people deciding on the request:
+    # the use of it that approved this exact intent.
+    standing_grant = models.ForeignKey(
+        "StandingGrant", null=True, blank=True, on_delete=models.PROTECT, related_name="grants"
+    )
 
     def __str__(self) -> str:
         return self.id
+
+
+class StandingGrant(models.Model):
+    """People's approval, given in advance, of the next intents of one family (docs/
+    policies.md, Standing grants): a tool, a principal or any, a run or any, pins on the
+    arguments. Each use approves one exact intent (a ``Grant`` pointing here) and is
+    counted by one conditional UPDATE, so concurrent registrations never take more uses,
+    or more of the sum, than it holds.
+
+    It is ``proposed`` until ``approvals_required`` distinct people have signed it (the
+    issuer first), and covers nothing until then.
+    """
+
+    class GrantStatus(models.TextChoices):
+        PROPOSED = "proposed"
+        ACTIVE = "active"
+        REVOKED = "revoked"
+        EXHAUSTED = "exhausted"
+        EXPIRED = "expired"
+
+    id = models.CharField(
+        primary_key=True, max_length=40, default=partial(new_id, "sgr"), editable=False
+    )
+    # An operations.Tool's name: this app does not name operations' models.
+    tool = models.CharField(max_length=100)
+    principal = models.CharField(max_length=255, blank=True, default="", help_text='"" is any.')
+    run_id = models.CharField(max_length=40, blank=True, default="", help_text='"" is any run.')
+    pins = models.JSONField(default=list, help_text='[{"path", "op", "value"}] on the arguments.')
+    max_uses = models.PositiveIntegerField()
+    uses = models.PositiveIntegerField(default=0)
+    sum_path = models.CharField(
+        max_length=500, blank=True, default="", help_text='The argument summed; "" is none.'
+    )
+    max_sum = models.DecimalField(max_digits=20, decimal_places=6, null=True, blank=True)
+    sum_used = models.DecimalField(max_digits=20, decimal_places=6, default=0)
+    expires_at = models.DateTimeField()
+    approvals_required = models.PositiveSmallIntegerField(
+        default=1, help_text="The quorum it was issued with: the most an operation it covers needs."
+    )
+    status = models.CharField(
+        max_length=16, choices=GrantStatus.choices, default=GrantStatus.PROPOSED
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField()
+    activated_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(
+        null=True, blank=True, help_text="When it was exhausted, expired or revoked."
+    )
+    revoked_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    revoke_reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        constraints = [
+            # The conditional UPDATE that takes a use is the rule; these are its backstop.
+            models.CheckConstraint(
+                condition=Q(uses__lte=F("max_uses")), name="sgr_uses_within_max"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_sum__isnull=True) | Q(sum_used__lte=F("max_sum")),
+                name="sgr_sum_within_max",
+            ),
+            models.CheckConstraint(condition=Q(max_uses__gte=1), name="sgr_at_least_one_use"),
+        ]
+        indexes = [
+            models.Index(
+                fields=["tool", "expires_at"], name="sgr_active_tool", condition=Q(status="active")
+            ),
+            models.Index(
+                fields=["expires_at"],
+                name="sgr_open_expiry",
+                condition=Q(status__in=["proposed", "active"]),
+            ),
+            models.Index(fields=["created_at"], name="sgr_created"),
+        ]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def family(self) -> Family:
+        return Family(tool=self.tool, principal=self.principal, run_id=self.run_id, pins=self.pins)
+
+    @property
+    def uses_remaining(self) -> int:
+        return max(0, self.max_uses - self.uses)
+
+
+class StandingGrantSignature(models.Model):
+    """One person's signature on a standing grant; the quorum counts distinct people."""
+
+    grant = models.ForeignKey(StandingGrant, on_delete=models.PROTECT, related_name="signatures")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    at = models.DateTimeField()
+    # Whether the signer's session was verified with a one-time password: a use for an
+    # operation whose decision needs a second factor needs every signature to have had one.
+    second_factor = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["grant", "user"], name="sgr_signature_one_per_person")
+        ]
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.user} signed {self.grant_id}"

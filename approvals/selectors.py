@@ -12,8 +12,8 @@ def request_latest(operation: Any) -> ApprovalRequest | None:
         return max(requests, key=lambda r: (r.created_at, r.id), default=None)
     return (
         ApprovalRequest.objects.filter(operation=operation)
-        .select_related("grant")
-        .prefetch_related("decisions__user")
+        .select_related("grant__standing_grant")
+        .prefetch_related("decisions__user", "grant__standing_grant__signatures__user")
         .order_by("-created_at", "-id")
         .first()
     )

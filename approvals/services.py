@@ -1,4 +1,5 @@
-"""Writes of the approvals app: requests, decisions, grants, revocation, expiry.
+"""Writes of the approvals app: requests, decisions, grants, revocation, expiry, and
+standing grants (their signatures and the counting of their uses).
 
 These functions work on the objects they are handed and never import operations;
 ``operations.services`` calls them inside its own transaction and applies the
@@ -9,17 +10,20 @@ can write the event beside it.
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
 from .errors import DecisionRefused, PermissionRefused
-from .models import ApprovalRequest, Decision, Grant
+from .models import ApprovalRequest, Decision, Grant, StandingGrant, StandingGrantSignature
 from .people import Person
 
 Status = ApprovalRequest.RequestStatus
+StandingStatus = StandingGrant.GrantStatus
 
 
 def request_open(
@@ -208,20 +212,193 @@ def grant_problem(
     now = now or timezone.now()
     if request.status == Status.REVOKED:
         return "the grant was revoked"
-    grant = Grant.objects.filter(request=request).first()
+    # Read here, at every claim, with its standing grant: a revocation committed by any
+    # process is seen by the next claim, whichever process serves it.
+    grant = Grant.objects.filter(request=request).select_related("standing_grant").first()
     if request.status != Status.APPROVED or grant is None:
         return f"the approval request is {request.status}, not approved"
     if grant.revoked_at is not None:
         return "the grant was revoked"
+    standing = grant.standing_grant
+    if standing is not None and standing.status == StandingStatus.REVOKED:
+        return f"the standing grant {standing.id} that gave it was revoked"
     if grant.expires_at <= now:
         return "the grant expired"
     if grant.intent_hash != intent_hash:
         return "the intent changed since the grant was given"
     user_model = get_user_model()
-    approver_ids = request.decisions.filter(decision=Decision.Verdict.APPROVE).values_list(
-        "user_id", flat=True
+    approver_ids = set(
+        request.decisions.filter(decision=Decision.Verdict.APPROVE).values_list(
+            "user_id", flat=True
+        )
     )
-    for approver in user_model.objects.filter(pk__in=list(approver_ids)):
+    if standing is not None:
+        approver_ids |= set(standing_grant_signers(standing))
+    for approver in user_model.objects.filter(pk__in=sorted(approver_ids)).order_by("pk"):
         if not still_decides(approver):
             return f"{approver.get_username()} no longer holds the permission to decide"
     return None
+
+
+# ---------------------------------------------------------------------------------------
+# Standing grants: approval given in advance for a family of intents
+
+
+def standing_grant_open(
+    *,
+    user: Person,
+    tool: str,
+    principal: str,
+    run_id: str,
+    pins: list[dict[str, Any]],
+    max_uses: int,
+    sum_path: str,
+    max_sum: Decimal | None,
+    expires_at: datetime,
+    approvals_required: int,
+    now: datetime,
+) -> StandingGrant:
+    """A proposed standing grant, signed by nobody yet: the caller signs it for its
+    issuer (``standing_grant_sign``) in the same transaction."""
+    return StandingGrant.objects.create(
+        tool=tool,
+        principal=principal,
+        run_id=run_id,
+        pins=pins,
+        max_uses=max_uses,
+        sum_path=sum_path,
+        max_sum=max_sum,
+        expires_at=expires_at,
+        approvals_required=approvals_required,
+        created_by=user,
+        created_at=now,
+    )
+
+
+def standing_grant_signers(grant: StandingGrant) -> list[int]:
+    """The ids of the people who signed ``grant``, sorted."""
+    return sorted(grant.signatures.values_list("user_id", flat=True))
+
+
+def standing_grant_sign(
+    *,
+    grant: StandingGrant,
+    user: Person,
+    refusal: str | None,
+    second_factor: bool,
+    now: datetime,
+) -> bool:
+    """Record one person's signature on a proposed standing grant (the caller holds its
+    row lock); True when it met the quorum and the grant became active.
+
+    Whether this person may sign is the caller's to judge
+    (``operations.access.standing_sign_refusal``): ``refusal`` is its answer, refused
+    here after the grant's own state.
+    """
+    if grant.status != StandingStatus.PROPOSED:
+        raise DecisionRefused(
+            f"This standing grant is {grant.status}; it takes no more signatures."
+        )
+    if grant.expires_at <= now:
+        raise DecisionRefused("This standing grant has expired.")
+    if refusal:
+        raise PermissionRefused(refusal)
+    try:
+        with transaction.atomic():
+            StandingGrantSignature.objects.create(
+                grant=grant, user=user, at=now, second_factor=second_factor
+            )
+    except IntegrityError as exc:
+        raise DecisionRefused("You have already signed this standing grant.") from exc
+    if grant.signatures.count() < grant.approvals_required:
+        return False
+    grant.status = StandingStatus.ACTIVE
+    grant.activated_at = now
+    grant.save(update_fields=["status", "activated_at"])
+    return True
+
+
+def standing_grant_take_use(*, grant: StandingGrant, amount: Decimal | None, now: datetime) -> bool:
+    """Take one use of ``grant`` (and ``amount`` of its sum), or nothing: one conditional
+    UPDATE, so that of any number of concurrent takers no more succeed than the grant
+    holds. Under PostgreSQL's READ COMMITTED a taker that waited for another's row lock
+    judges the condition again on the row that one committed. True if this call took it.
+    """
+    spent = amount if amount is not None else Decimal(0)
+    taken = (
+        StandingGrant.objects.filter(
+            pk=grant.pk, status=StandingStatus.ACTIVE, uses__lt=F("max_uses"), expires_at__gt=now
+        )
+        .filter(Q(max_sum__isnull=True) | Q(max_sum__gte=F("sum_used") + spent))
+        .update(uses=F("uses") + 1, sum_used=F("sum_used") + spent)
+    )
+    if taken:
+        grant.refresh_from_db(fields=["uses", "sum_used", "status"])
+    return bool(taken)
+
+
+def standing_grant_spent(grant: StandingGrant) -> bool:
+    """Whether ``grant`` has no use, or none of its sum, left."""
+    return grant.uses >= grant.max_uses or (
+        grant.max_sum is not None and grant.sum_used >= grant.max_sum
+    )
+
+
+def standing_grant_exhaust(*, grant: StandingGrant, now: datetime) -> bool:
+    """Mark an active grant with nothing left as exhausted. True if this call did it."""
+    if not standing_grant_spent(grant):
+        return False
+    changed = StandingGrant.objects.filter(pk=grant.pk, status=StandingStatus.ACTIVE).update(
+        status=StandingStatus.EXHAUSTED, ended_at=now
+    )
+    grant.refresh_from_db(fields=["status", "ended_at"])
+    return bool(changed)
+
+
+def standing_grant_revoke(*, grant: StandingGrant, user: Person, reason: str, now: datetime) -> str:
+    """Revoke a standing grant (the caller holds its row lock) and answer the status it
+    had. It covers nothing from now on, and each grant it gave is refused at its next
+    claim (``grant_problem``), even once it was exhausted or expired."""
+    if grant.status == StandingStatus.REVOKED:
+        raise DecisionRefused("This standing grant is already revoked.")
+    reason = reason.strip()
+    if not reason:
+        raise DecisionRefused("Say why the standing grant is revoked.")
+    previous = grant.status
+    grant.status = StandingStatus.REVOKED
+    grant.ended_at = now
+    grant.revoked_by = user
+    grant.revoke_reason = reason
+    grant.save(update_fields=["status", "ended_at", "revoked_by", "revoke_reason"])
+    return previous
+
+
+def standing_grant_expire(*, grant: StandingGrant, now: datetime) -> str | None:
+    """Mark a proposed or active grant past its expiry as expired; the status it had if
+    this call did it, else None."""
+    previous = grant.status
+    changed = StandingGrant.objects.filter(
+        pk=grant.pk,
+        status__in=[StandingStatus.PROPOSED, StandingStatus.ACTIVE],
+        expires_at__lte=now,
+    ).update(status=StandingStatus.EXPIRED, ended_at=now)
+    grant.refresh_from_db(fields=["status", "ended_at"])
+    return previous if changed else None
+
+
+def request_approve_standing(
+    *, request: ApprovalRequest, standing_grant: StandingGrant, now: datetime
+) -> Grant:
+    """Approve a request just opened with a use of ``standing_grant``: its grant binds
+    the request's intent hash, as a person's approval would, and names the standing
+    grant."""
+    request.status = Status.APPROVED
+    request.decided_at = now
+    request.save(update_fields=["status", "decided_at"])
+    return Grant.objects.create(
+        request=request,
+        intent_hash=request.intent_hash,
+        created_at=now,
+        expires_at=now + timedelta(seconds=request.grant_ttl_s),
+        standing_grant=standing_grant,
+    )

@@ -13,6 +13,7 @@ from .views import (
     runs,
     saved_views,
     search,
+    standing,
     tools,
 )
 
@@ -24,6 +25,11 @@ urlpatterns = [
     path("approvals/decide", approvals.approvals_decide_many, name="approvals-decide-many"),
     path("approvals/<str:approval_id>/decide", approvals.approval_decide, name="approval-decide"),
     path("approvals/<str:approval_id>/revoke", approvals.approval_revoke, name="approval-revoke"),
+    path(
+        "approvals/<str:approval_id>/approve-and-issue",
+        approvals.approval_approve_and_issue,
+        name="approval-approve-and-issue",
+    ),
     path("reconciliation/", reconciliation.reconciliation, name="reconciliation"),
     path("operations/<str:operation_id>/", operations.operation_detail, name="operation"),
     path(
@@ -90,4 +96,21 @@ urlpatterns += [
     path("account/totp", account.totp_start, name="account-totp-start"),
     path("account/totp/confirm", account.totp_confirm, name="account-totp-confirm"),
     path("account/verify", account.verify, name="account-verify"),
+]
+
+# Standing grants (issue 25).
+urlpatterns += [
+    path("standing-grants/", standing.standing_grants, name="standing-grants"),
+    path("standing-grants/issue", standing.standing_grant_issue, name="standing-grant-issue"),
+    path("standing-grants/<str:grant_id>/", standing.standing_grant_detail, name="standing-grant"),
+    path(
+        "standing-grants/<str:grant_id>/sign",
+        standing.standing_grant_sign,
+        name="standing-grant-sign",
+    ),
+    path(
+        "standing-grants/<str:grant_id>/revoke",
+        standing.standing_grant_revoke,
+        name="standing-grant-revoke",
+    ),
 ]

@@ -1,4 +1,6 @@
 import json
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django import forms
@@ -6,7 +8,9 @@ from django import forms
 from approvals.errors import Refusal
 from approvals.policy import is_missing, parse_pointer, resolve_pointer
 from operations.contracts.paths import Unproven, locate
+from operations.services import StandingTerms
 from operations.strictjson import loads_strict
+from operations.text import hidden_characters
 
 
 class DecisionForm(forms.Form):
@@ -127,3 +131,99 @@ def parse_edits(op: Any, data: Any) -> dict[str, Any]:
             raise ValueError(f"{field['label']}: {text!r} is not a valid {kind}.") from exc
         edits[field["pointer"]] = value
     return edits
+
+
+# --- standing grants ---------------------------------------------------------------------
+
+# The empty pin rows a form offers beside the ones it is pre-filled with, and the most
+# rows one is read with (a grant holds at most 50 pins).
+SPARE_PINS = 2
+MAX_PIN_ROWS = 60
+VALID_FOR_UNITS = {"minutes": 60, "hours": 3600, "days": 86400}
+
+
+def _pointer_token(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def standing_form_initial(
+    *, tool: str = "", op: Any = None, approvals_required: int | None = None
+) -> dict[str, Any]:
+    """What the standing grant form starts with: empty for a tool, or, from an approval
+    page, ``op``'s principal and one ``eq`` pin per argument (edit them, clear a path to
+    drop its pin). ``approvals_required`` None: left empty, the tool's quorum."""
+    pins, unpinned = [], []
+    if op is not None and isinstance(op.arguments, dict):
+        for key, value in op.arguments.items():
+            # An input cannot show a character that hides: such an argument is listed
+            # (revealed) instead of pinned. Values are JSON, where they are escapes.
+            if hidden_characters(key):
+                unpinned.append(key)
+                continue
+            pins.append({"path": f"/{_pointer_token(key)}", "op": "eq", "text": json.dumps(value)})
+    rows = [*pins, *({"path": "", "op": "eq", "text": ""} for _ in range(SPARE_PINS))]
+    return {
+        "unpinned": unpinned,
+        "tool": op.tool_id if op is not None else tool,
+        "principal": op.principal if op is not None else "",
+        "run": op.run_id if op is not None else "",
+        "pins": [{"index": index, **row} for index, row in enumerate(rows)],
+        "max_uses": 10,
+        "valid_for": 24,
+        "valid_unit": "hours",
+        "approvals_required": approvals_required,
+        "units": list(VALID_FOR_UNITS),
+    }
+
+
+def _whole(data: Any, name: str, label: str, *, default: int | None = None) -> int | None:
+    text = (data.get(name) or "").strip()
+    if not text:
+        return default
+    try:
+        return int(text)
+    except ValueError as exc:
+        raise ValueError(f"{label}: {text!r} is not a whole number.") from exc
+
+
+def parse_standing_terms(data: Any, *, tool: str, now: datetime) -> StandingTerms:
+    """The ``StandingTerms`` a standing grant form carries; ``ValueError`` with a
+    sentence for the person when a field cannot be read. Whether the terms can be
+    issued is the service's to say."""
+    pins = []
+    for index in range(MAX_PIN_ROWS):
+        path = (data.get(f"pin-{index}-path") or "").strip()
+        if not path:
+            continue
+        text = data.get(f"pin-{index}-value") or ""
+        try:
+            value = loads_strict(text)
+        except (ValueError, Refusal) as exc:
+            raise ValueError(
+                f"Pin {path}: the value is JSON (a string in double quotes, a number, true, "
+                'false, null, or for "one of" a list like ["EUR", "USD"]).'
+            ) from exc
+        pins.append({"path": path, "op": data.get(f"pin-{index}-op") or "eq", "value": value})
+    max_uses = _whole(data, "max_uses", "Uses")
+    if max_uses is None:
+        raise ValueError("Say how many operations it may approve.")
+    valid_for = _whole(data, "valid_for", "Valid for")
+    unit = VALID_FOR_UNITS.get(data.get("valid_unit") or "", 0)
+    if not valid_for or valid_for < 1 or not unit:
+        raise ValueError("Say how long it is valid: a whole number of minutes, hours or days.")
+    max_sum_text = (data.get("max_sum") or "").strip()
+    try:
+        max_sum = Decimal(max_sum_text) if max_sum_text else None
+    except InvalidOperation as exc:
+        raise ValueError(f"Maximum sum: {max_sum_text!r} is not a number.") from exc
+    return StandingTerms(
+        tool=tool,
+        principal=(data.get("principal") or "").strip(),
+        run_id=(data.get("run") or "").strip(),
+        pins=pins,
+        max_uses=max_uses,
+        expires_at=now + timedelta(seconds=min(valid_for, 10**6) * unit),
+        sum_path=(data.get("sum_path") or "").strip(),
+        max_sum=max_sum,
+        approvals_required=_whole(data, "approvals_required", "Signatures needed"),
+    )

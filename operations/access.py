@@ -24,11 +24,11 @@ from guardian.core import ObjectPermissionChecker
 from guardian.shortcuts import get_objects_for_user, get_users_with_perms
 
 from approvals.errors import PermissionRefused
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalRequest, StandingGrant
 from approvals.people import Person
 
 from .machine import EffectClass
-from .models import Operation, Runner, Tool, ToolVersion
+from .models import Operation, Run, Runner, Tool, ToolVersion
 
 # Permission names (codenames declared in operations.models.Tool.Meta and the built-in
 # model permissions of Run and Runner).
@@ -79,6 +79,23 @@ def runner_may_invoke(runner: Runner, tool: Tool) -> bool:
     if not runner.restrict_tools and runner_owns(runner, tool):
         return True
     return bool(runner.service_user.has_perm(INVOKE, tool))
+
+
+def invoking_runners(tool: Tool) -> QuerySet[Runner]:
+    """Every runner that may invoke ``tool`` now, active or not (``runner_may_invoke``
+    of each, in one query): its owner unless restricted, and those whose service user
+    holds ``invoke_tool`` on it, for every tool, or through a group."""
+    app_label, codename = INVOKE.split(".", 1)
+    granted = get_users_with_perms(tool, only_with_perms_in=[codename], with_group_users=True)
+    permission = Permission.objects.filter(content_type__app_label=app_label, codename=codename)
+    may = (
+        Q(service_user__in=granted)
+        | Q(service_user__user_permissions__in=permission)
+        | Q(service_user__groups__permissions__in=permission)
+    )
+    if tool.owner_id is not None:
+        may |= Q(pk=tool.owner_id, restrict_tools=False)
+    return Runner.objects.filter(may).distinct()
 
 
 # ---------------------------------------------------------------------------------------
@@ -192,6 +209,91 @@ def decide_refusal(
 
 
 def may_revoke(user: Person, tool: Tool) -> bool:
+    return may_hold_decide(user, tool)
+
+
+# ---------------------------------------------------------------------------------------
+# Standing grants: approval given in advance, under the same rules as the approvals it
+# replaces
+
+
+def standing_barred_user_ids(*, tool: Tool, principal: str, run: Run | None) -> set[int]:
+    """Who may never sign a standing grant for ``tool`` and ``principal`` (``""``:
+    any) in ``run`` (None: any run): the people the principal names, the owner of every
+    runner that may invoke the tool, and, for one run, its principal's people and its
+    runner's owner. They would be approving in advance what they run or ask for."""
+    barred = set(invoking_runners(tool).exclude(owner=None).values_list("owner_id", flat=True))
+    barred |= principal_user_ids(principal)
+    if run is not None:
+        barred |= principal_user_ids(run.principal)
+        barred |= {pk for pk in (run.principal_user_id, run.runner.owner_id) if pk is not None}
+    return barred
+
+
+def standing_needs_second_factor(tool: Tool) -> bool:
+    """Whether signing a standing grant for ``tool`` needs a verified session: when
+    deciding on its operations does (``decision_needs_second_factor``, by the effect
+    class of its active contract)."""
+    version = tool.active_version
+    return bool(
+        settings.REQUIRE_TOTP_FOR_IRREVERSIBLE
+        and version is not None
+        and version.effect_class == EffectClass.IRREVERSIBLE
+    )
+
+
+def standing_sign_refusal(
+    *,
+    user: Person,
+    tool: Tool,
+    principal: str,
+    run: Run | None,
+    signed_by: Iterable[int] = (),
+    otp_verified: bool = False,
+) -> str | None:
+    """Why ``user`` may not issue or sign a standing grant for ``tool``, ``principal``
+    and ``run`` now, or None if they may: the rule of deciding on one of its operations
+    (``decide_refusal``), judged for the whole family. ``signed_by``: who signed it
+    already.
+    """
+    if not user.is_active:
+        return "Your account is inactive."
+    if not may_hold_decide(user, tool):
+        return "You do not hold the permission to decide for this tool."
+    if user.pk in standing_barred_user_ids(tool=tool, principal=principal, run=run):
+        return (
+            "You cannot sign a standing grant for this tool: you own a runner that may "
+            "invoke it, or you are the principal it covers."
+        )
+    if user.pk in set(signed_by):
+        return "You have already signed this standing grant; a quorum needs distinct people."
+    if standing_needs_second_factor(tool) and not otp_verified:
+        return SECOND_FACTOR_REFUSAL
+    return None
+
+
+def standing_use_refusal(
+    *, grant: StandingGrant, signers: Sequence[Person], op: Operation
+) -> str | None:
+    """Why a use of ``grant`` may not approve ``op``, or None: every signer must still
+    hold the permission to decide, none may be barred from deciding on ``op`` (its
+    principal, its runner's owner: a grant for any principal signed by a person who is
+    this one's), and when deciding on ``op`` needs a second factor, every signature
+    must have had one."""
+    barred = {*barred_at_open(op), *principal_user_ids(op.principal)}
+    for signer in signers:
+        if not may_hold_decide(signer, op.tool):
+            return f"{signer.get_username()} no longer holds the permission to decide"
+        if signer.pk in barred:
+            return f"{signer.get_username()} may not decide on this operation"
+    if decision_needs_second_factor(op) and grant.signatures.filter(second_factor=False).exists():
+        return "a signature was given without a second factor"
+    return None
+
+
+def may_revoke_standing(user: Person, tool: Tool) -> bool:
+    """Who may revoke a standing grant: anyone who may decide on the tool (revoking
+    takes authority away, so nobody is barred from it)."""
     return may_hold_decide(user, tool)
 
 

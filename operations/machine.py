@@ -182,6 +182,14 @@ class EventKind(StrEnum):
     WEBHOOK_ENDPOINT_DELETED = "webhook_endpoint_deleted"
     WEBHOOK_ENDPOINT_DISABLED = "webhook_endpoint_disabled"
     WEBHOOK_SECRET_ROTATED = "webhook_secret_rotated"  # noqa: S105 (the name of an event, not a secret)
+    # A standing grant's stream (``sgr:<id>``).
+    STANDING_GRANT_ISSUED = "standing_grant_issued"
+    STANDING_GRANT_SIGNED = "standing_grant_signed"
+    STANDING_GRANT_ACTIVATED = "standing_grant_activated"
+    STANDING_GRANT_USED = "standing_grant_used"
+    STANDING_GRANT_EXHAUSTED = "standing_grant_exhausted"
+    STANDING_GRANT_EXPIRED = "standing_grant_expired"
+    STANDING_GRANT_REVOKED = "standing_grant_revoked"
     # A person's stream (console/accounts.py).
     SIGNED_IN = "signed_in"
     SIGNED_OUT = "signed_out"

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from approvals.models import ApprovalRequest, Decision
+from approvals.models import ApprovalRequest, Decision, StandingGrant
 from approvals.selectors import request_latest
 
 from .machine import allowed_next_actions
@@ -29,16 +29,47 @@ def iso(value: datetime | None) -> str | None:
 
 
 def grant(grant: Any) -> dict[str, Any]:
+    decided_by = [
+        decision.user.username
+        for decision in grant.request.decisions.all()
+        if decision.decision == Decision.Verdict.APPROVE
+    ]
+    if grant.standing_grant_id is not None:
+        # Given by a use of a standing grant: the people who signed it decided.
+        decided_by += [s.user.username for s in grant.standing_grant.signatures.all()]
     return {
         "id": grant.id,
         "intent_hash": grant.intent_hash,
         "expires_at": iso(grant.expires_at),
         "revoked_at": iso(grant.revoked_at),
-        "decided_by": [
-            d.user.username
-            for d in grant.request.decisions.all()
-            if d.decision == Decision.Verdict.APPROVE
-        ],
+        "decided_by": decided_by,
+    }
+
+
+def standing_grant(grant: StandingGrant) -> dict[str, Any]:
+    """A standing grant as the ``standing_grant.*`` webhooks carry it."""
+    summed = bool(grant.sum_path)
+    return {
+        "id": grant.id,
+        "tool": grant.tool,
+        "principal": grant.principal or None,
+        "run": grant.run_id or None,
+        "pins": grant.pins,
+        "max_uses": grant.max_uses,
+        "uses": grant.uses,
+        "uses_remaining": grant.uses_remaining,
+        "sum_path": grant.sum_path or None,
+        "max_sum": float(grant.max_sum) if grant.max_sum is not None else None,
+        "sum_used": float(grant.sum_used) if summed else None,
+        "sum_remaining": (
+            max(float(grant.max_sum - grant.sum_used), 0.0) if grant.max_sum is not None else None
+        ),
+        "approvals_required": grant.approvals_required,
+        "signed_by": [s.user.username for s in grant.signatures.select_related("user")],
+        "status": str(grant.status),
+        "created_at": iso(grant.created_at),
+        "expires_at": iso(grant.expires_at),
+        "revoke_reason": grant.revoke_reason or None,
     }
 
 
@@ -61,6 +92,7 @@ def approval(request: ApprovalRequest) -> dict[str, Any]:
         "created_at": iso(request.created_at),
         "expires_at": iso(request.expires_at),
         "grant": grant(granted) if granted is not None else None,
+        "standing_grant": granted.standing_grant_id if granted is not None else None,
     }
 
 

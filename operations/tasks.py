@@ -25,8 +25,13 @@ def expire_leases() -> int:
 
 @shared_task(**IDEMPOTENT)
 def expire_approvals() -> int:
-    """Expire undecided requests, then escalate those still pending past their time."""
-    return services.approval_expire_due() + services.approval_escalate_due()
+    """Expire undecided requests, then escalate those still pending past their time, and
+    expire standing grants past theirs."""
+    return (
+        services.approval_expire_due()
+        + services.approval_escalate_due()
+        + services.standing_grants_expire_due()
+    )
 
 
 @shared_task(**IDEMPOTENT)

@@ -1,12 +1,12 @@
 """Append-only audit tables, enforced by PostgreSQL (django-pgtrigger).
 
-Events, approval decisions, reconciliation resolutions and their reviews are the record
-of who did what; the application only ever inserts them. A row-level trigger on each
-table refuses UPDATE and DELETE, so a bug, a careless admin action or an injected query
-through the application's connection cannot rewrite history in place. A statement-level
-trigger refuses TRUNCATE, which fires no row-level trigger and would empty a table in one
-statement (``TRUNCATE operations_operation CASCADE`` reaches the events too, and is
-refused with them).
+Events, approval decisions, standing grants' signatures, reconciliation resolutions and
+their reviews are the record of who did what; the application only ever inserts them. A
+row-level trigger on each table refuses UPDATE and DELETE, so a bug, a careless admin
+action or an injected query through the application's connection cannot rewrite history
+in place. A statement-level trigger refuses TRUNCATE, which fires no row-level trigger
+and would empty a table in one statement (``TRUNCATE operations_operation CASCADE``
+reaches the events too, and is refused with them).
 
 The triggers are registered here rather than in the models' ``Meta`` and installed by
 pgtrigger after every ``migrate`` (``PGTRIGGER_INSTALL_ON_MIGRATE``), without migration
@@ -33,6 +33,7 @@ APPEND_ONLY_MODELS = (
     "operations.Resolution",
     "operations.ResolutionReview",
     "approvals.Decision",
+    "approvals.StandingGrantSignature",
 )
 TRIGGER_NAME = "append_only"
 TRUNCATE_TRIGGER_NAME = "no_truncate"

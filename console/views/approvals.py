@@ -10,12 +10,20 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals.errors import Refusal
 from approvals.models import ApprovalRequest
+from approvals.standing import PIN_OPERATORS
 from operations import access, selectors, services
 from operations.canonical import canonical_json
 from operations.errors import NotFound
 
 from .. import security
-from ..forms import DecisionForm, RevokeForm, editable_fields, parse_edits
+from ..forms import (
+    DecisionForm,
+    RevokeForm,
+    editable_fields,
+    parse_edits,
+    parse_standing_terms,
+    standing_form_initial,
+)
 from ..middleware import AuthenticatedHtmxRequest, AuthenticatedHttpRequest
 from ..presenters import changes, flatten
 from .common import found, partial
@@ -61,6 +69,21 @@ def approval_detail(request: AuthenticatedHtmxRequest, approval_id: str) -> Http
         }
     decisions = list(approval.decisions.all())
     grant = getattr(approval, "grant", None)
+    # "Approve this and the next N like it": offered to whoever may both decide here and
+    # sign a standing grant for the operation's tool and principal.
+    standing_form = None
+    if pending and refusal is None:
+        standing_refusal = access.standing_sign_refusal(
+            user=request.user,
+            tool=op.tool,
+            principal=op.principal,
+            run=None,
+            otp_verified=security.session_verified(request),
+        )
+        if standing_refusal is None:
+            standing_form = standing_form_initial(
+                op=op, approvals_required=approval.approvals_required
+            )
     context = {
         "approval": approval,
         "op": op,
@@ -82,9 +105,47 @@ def approval_detail(request: AuthenticatedHtmxRequest, approval_id: str) -> Http
         "form": DecisionForm(),
         "editable": editable_fields(op) if pending and refusal is None else [],
         "revoke_form": RevokeForm(),
+        "standing_form": standing_form,
+        "operators": PIN_OPERATORS,
+        "standing_grant": grant.standing_grant if grant is not None else None,
         "now": now,
     }
     return render(request, partial(request, "console/approval.html", "live"), context)
+
+
+@require_POST
+@login_required
+def approval_approve_and_issue(request: AuthenticatedHttpRequest, approval_id: str) -> HttpResponse:
+    """Approve this request and issue a standing grant for the next ones like it, in one
+    step (``services.approval_approve_and_issue``): both or neither."""
+    approval = found(selectors.approval_get_for_user, user=request.user, approval_id=approval_id)
+    op = approval.operation
+    try:
+        terms = parse_standing_terms(request.POST, tool=op.tool_id, now=timezone.now())
+        op, grant = services.approval_approve_and_issue(
+            request_id=approval.id,
+            user=request.user,
+            comment=request.POST.get("comment", ""),
+            terms=terms,
+            otp_verified=security.session_verified(request),
+        )
+    except ValueError as exc:
+        messages.error(request, f"Nothing was decided. {exc}")
+        return redirect("console:approval", approval_id=approval.id)
+    except Refusal as refusal:
+        messages.error(request, f"Nothing was decided. {refusal.detail}")
+        return redirect("console:approval", approval_id=approval.id)
+    state = (
+        "active"
+        if grant.status == grant.GrantStatus.ACTIVE
+        else "proposed until more people sign it"
+    )
+    messages.success(
+        request,
+        f"Approved {op.tool_id} {op.id} (it is {op.status}); standing grant {grant.id} for the "
+        f"next {grant.max_uses} like it is {state}.",
+    )
+    return redirect("console:standing-grant", grant_id=grant.id)
 
 
 @require_POST

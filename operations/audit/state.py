@@ -8,17 +8,41 @@ from itertools import islice
 from types import SimpleNamespace
 from typing import Any
 
-from django.db.models import Exists, F, IntegerField, JSONField, OuterRef, Q, QuerySet, Subquery
+from django.db.models import (
+    Exists,
+    F,
+    IntegerField,
+    JSONField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
 from django.db.models.fields.json import KT, KeyTextTransform, KeyTransform
+from django.db.models.functions import Concat
 
-from approvals.models import ApprovalRequest, Decision, Grant
+from approvals.models import (
+    ApprovalRequest,
+    Decision,
+    Grant,
+    StandingGrant,
+    StandingGrantSignature,
+)
 
 from ..canonical import intent_hash, sha256_hex
 from ..contracts import concurrency_value
 from ..machine import EventKind
 from ..models import Event, Operation, Resolution, ResolutionReview, Run, Tool, ToolVersion
 from ..payloads import iso
-from ..services.terms import RUN_BUDGET_COLUMNS, approval_terms, run_budgets, run_terms
+from ..services.terms import (
+    RUN_BUDGET_COLUMNS,
+    approval_terms,
+    money_text,
+    run_budgets,
+    run_terms,
+    standing_grant_terms,
+)
 from .chains import CHUNK
 
 
@@ -193,10 +217,31 @@ def _approvers(request_ids: list[str]) -> dict[str, list[int]]:
     return found
 
 
+def _signers(grant_ids: list[str]) -> dict[str, list[int]]:
+    """The people who signed each of the standing grants ``grant_ids``, sorted."""
+    found: dict[str, list[int]] = {}
+    signatures = StandingGrantSignature.objects.filter(grant_id__in=grant_ids)
+    for grant_id, user_id in signatures.values_list("grant_id", "user_id").order_by(
+        "grant_id", "user_id"
+    ):
+        found.setdefault(grant_id, []).append(user_id)
+    return found
+
+
 def _grant_problem(row: dict[str, Any], approvers: list[int]) -> str | None:
     granted = row["granted"]
     if not isinstance(granted, dict):
         return f"no granted event in {row['request__operation_id']} gave it"
+    if granted.get("standing_grant") != row["standing_grant_id"]:
+        return (
+            f"its standing grant is {_shown(row['standing_grant_id'])}, but its granted event "
+            f"names {_shown(granted.get('standing_grant'))}"
+        )
+    if row["standing_grant_id"] is not None and not row["use_evented"]:
+        return (
+            f"no standing_grant_used event of {row['standing_grant_id']} records the use "
+            "that gave it"
+        )
     if granted.get("approval") != row["request_id"]:
         return (
             f"it belongs to approval {row['request_id']}, its granted event to "
@@ -216,9 +261,14 @@ def _grant_problem(row: dict[str, Any], approvers: list[int]) -> str | None:
     # Granted events written before they named the deciders are compared on the rest.
     deciders = granted.get("deciders")
     if deciders is not None and deciders != approvers:
+        whose = (
+            "the signers of its standing grant"
+            if row["standing_grant_id"] is not None
+            else "the approving decisions of its request"
+        )
         return (
-            f"its deciders are users {_shown(approvers)} (the approving decisions of its "
-            f"request), but its granted event names {_shown(deciders)}"
+            f"its deciders are users {_shown(approvers)} ({whose}), but its granted event "
+            f"names {_shown(deciders)}"
         )
     required = _opened_with(row)[0].get("approvals_required")
     if isinstance(required, int) and len(approvers) < required:
@@ -232,33 +282,143 @@ def _grant_problem(row: dict[str, Any], approvers: list[int]) -> str | None:
 
 def _grants() -> Iterator[Unexplained]:
     """Every grant has its ``granted`` event, and agrees with it on the approval, the
-    intent hash, the expiry and the deciders (the request's approving decisions, at
-    least as many as the quorum its request was opened with); it is revoked exactly
-    when a ``grant_revoked`` event says so."""
+    intent hash, the expiry, the standing grant and the deciders (the request's
+    approving decisions, or the signers of the standing grant a use of which gave it, at
+    least as many as the quorum its request was opened with); one given by a standing
+    grant has the ``standing_grant_used`` event of that use; it is revoked exactly when
+    a ``grant_revoked`` event says so."""
     stream = OuterRef("request__operation_id")
     rows = Grant.objects.annotate(
         granted=_first_data(_events(EventKind.GRANTED, stream=stream, grant=OuterRef("pk"))),
         revoked_evented=Exists(
             _events(EventKind.GRANT_REVOKED, stream=stream, grant=OuterRef("pk"))
         ),
+        use_evented=Exists(
+            _events(
+                EventKind.STANDING_GRANT_USED,
+                stream=Concat(Value("sgr:"), OuterRef("standing_grant_id")),
+                grant=OuterRef("pk"),
+            )
+        ),
         **_opening(request="request_id", operation="request__operation"),
     ).values(
         "pk",
         "request_id",
         "request__operation_id",
+        "standing_grant_id",
         "intent_hash",
         "expires_at",
         "revoked_at",
         "granted",
         "revoked_evented",
+        "use_evented",
         *OPENING_COLUMNS,
     )
     for batch in _batches(rows.order_by("pk").iterator(chunk_size=CHUNK)):
         approvers = _approvers([row["request_id"] for row in batch])
+        signers = _signers([row["standing_grant_id"] for row in batch if row["standing_grant_id"]])
         for row in batch:
-            problem = _grant_problem(row, approvers.get(row["request_id"], []))
+            deciders = (
+                signers.get(row["standing_grant_id"], [])
+                if row["standing_grant_id"] is not None
+                else approvers.get(row["request_id"], [])
+            )
+            problem = _grant_problem(row, deciders)
             if problem:
                 yield Unexplained("approvals.Grant", row["pk"], problem)
+
+
+# The columns of a standing grant that ``services.terms.standing_grant_terms`` reads.
+STANDING_TERM_COLUMNS = (
+    "tool",
+    "principal",
+    "run_id",
+    "pins",
+    "max_uses",
+    "sum_path",
+    "max_sum",
+    "expires_at",
+    "approvals_required",
+)
+
+
+def _standing_grant_problem(row: dict[str, Any]) -> str | None:
+    issued = row["issued"] if isinstance(row["issued"], dict) else None
+    if issued is None or not isinstance(issued.get("terms"), dict):
+        return "its stream does not start with the standing_grant_issued event that issued it"
+    terms = standing_grant_terms(
+        SimpleNamespace(**{column: row[column] for column in STANDING_TERM_COLUMNS})
+    )
+    differs = _differences(terms, issued["terms"], "its standing_grant_issued event says")
+    if differs:
+        return differs
+    if row["status"] != row["last_to"]:
+        return f"its status is {row['status']}, but its last event left it {row['last_to']}"
+    if row["uses"] != row["used_events"]:
+        return (
+            f"it counts {row['uses']} uses, but {row['used_events']} standing_grant_used "
+            "events record one"
+        )
+    if row["sum_path"] and money_text(row["sum_used"]) != (row["last_sum"] or "0.000000"):
+        return (
+            f"its sum_used is {money_text(row['sum_used'])}, but its last standing_grant_used "
+            f"event left it {row['last_sum']}"
+        )
+    if row["signature_rows"] != row["signing_events"]:
+        return (
+            f"it has {row['signature_rows']} signatures, but {row['signing_events']} "
+            "standing_grant_issued and standing_grant_signed events"
+        )
+    if row["activated"] and row["signature_rows"] < row["approvals_required"]:
+        return (
+            f"it was activated on {row['signature_rows']} signatures, but was issued "
+            f"requiring {row['approvals_required']}"
+        )
+    return None
+
+
+def _standing_grants() -> Iterator[Unexplained]:
+    """Every standing grant's stream starts with the ``standing_grant_issued`` event
+    whose terms are its columns (the family, the limits, the expiry, the quorum); its
+    status is the one its last event left; it counts one use per
+    ``standing_grant_used`` event, and the sum the last one left; it has one signature
+    per ``standing_grant_issued`` and ``standing_grant_signed`` event, and, once
+    activated, at least as many as its quorum."""
+    stream = Concat(Value("sgr:"), OuterRef("pk"))
+    events = Event.objects.filter(stream=stream)
+    used = _events(EventKind.STANDING_GRANT_USED, stream=stream)
+    rows = StandingGrant.objects.annotate(
+        issued=_first_data(events.filter(seq=1, kind=EventKind.STANDING_GRANT_ISSUED)),
+        last_to=Subquery(events.order_by("-seq").values("to_status")[:1]),
+        used_events=_Count(used.values("pk")),
+        last_sum=Subquery(used.order_by("-seq").values(text=KT("data__sum_used"))[:1]),
+        signing_events=_Count(
+            _events(
+                (EventKind.STANDING_GRANT_ISSUED, EventKind.STANDING_GRANT_SIGNED), stream=stream
+            ).values("pk")
+        ),
+        activated=Exists(_events(EventKind.STANDING_GRANT_ACTIVATED, stream=stream)),
+        signature_rows=_Count(
+            StandingGrantSignature.objects.filter(grant=OuterRef("pk")).values("pk")
+        ),
+    ).values(
+        "pk",
+        "status",
+        "uses",
+        "sum_used",
+        "issued",
+        "last_to",
+        "used_events",
+        "last_sum",
+        "signing_events",
+        "activated",
+        "signature_rows",
+        *STANDING_TERM_COLUMNS,
+    )
+    for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
+        problem = _standing_grant_problem(row)
+        if problem:
+            yield Unexplained("approvals.StandingGrant", row["pk"], problem)
 
 
 REQUEST_STATUS_AFTER = {
@@ -790,9 +950,11 @@ def _edits() -> Iterator[Unexplained]:
 
 def state_verify() -> Iterator[Unexplained]:
     """Every state row no event explains: approvals first (what a forger needs to make
-    an operation runnable), then resolutions, operations, runs and tools."""
+    an operation runnable: decisions, grants, standing grants, requests), then
+    resolutions, operations, runs and tools."""
     yield from _decisions()
     yield from _grants()
+    yield from _standing_grants()
     yield from _approval_requests()
     yield from _escalations()
     yield from _resolutions()

@@ -156,6 +156,9 @@ EVENT_TYPES = [
     *(f"operation.{status.value}" for status in Status),
     "approval.decided",
     "approval.escalated",
+    "standing_grant.issued",
+    "standing_grant.used",
+    "standing_grant.revoked",
 ]
 
 
@@ -233,6 +236,11 @@ class ApprovalOut(serializers.Serializer):
     created_at = serializers.DateTimeField()
     expires_at = serializers.DateTimeField()
     grant = GrantOut(allow_null=True, read_only=True)
+    standing_grant = serializers.CharField(
+        allow_null=True,
+        read_only=True,
+        help_text="sgr_...: the standing grant a use of which approved this intent, or null.",
+    )
 
     def to_representation(self, request: ApprovalRequest) -> dict[str, Any]:
         return payloads.approval(request)

@@ -15,7 +15,7 @@ from django.db.models import (
 from django.utils import timezone
 from guardian.shortcuts import get_groups_with_perms, get_users_with_perms
 
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalRequest, Grant, StandingGrant
 from approvals.people import Person
 
 from .. import access, search
@@ -95,8 +95,10 @@ def approval_get_for_user(*, user: Person, approval_id: str) -> ApprovalRequest:
         ApprovalRequest.objects.filter(
             _decidable_by(user, [access.DECIDE, access.RECONCILE]), pk=approval_id
         )
-        .select_related("grant", "operation", "operation__run", "operation__tool_version")
-        .prefetch_related("decisions__user")
+        .select_related(
+            "grant__standing_grant", "operation", "operation__run", "operation__tool_version"
+        )
+        .prefetch_related("decisions__user", "grant__standing_grant__signatures__user")
         .first()
     )
     if request is None:
@@ -260,8 +262,8 @@ def operation_trace(op: Operation) -> dict[str, Any]:
         "events": events,
         "attempts": list(op.attempt_set.order_by("number")),
         "approvals": list(
-            op.approval_requests.select_related("grant")
-            .prefetch_related("decisions__user")
+            op.approval_requests.select_related("grant__standing_grant")
+            .prefetch_related("decisions__user", "grant__standing_grant__signatures__user")
             .order_by("created_at")
         ),
         "resolutions": list(op.resolutions.select_related("declared_by", "review", "review__user")),
@@ -473,12 +475,8 @@ def tool_access(tool: Tool) -> list[dict[str, Any]]:
 def tool_runners(tool: Tool) -> dict[str, list[Runner]]:
     """Runners that may invoke ``tool`` (its owner unless restricted, and those allowed
     on it: ``access.runner_may_invoke``) and the other active runners."""
-    granted = get_users_with_perms(tool, only_with_perms_in=["invoke_tool"])
-    may = Q(service_user__in=granted) | Q(service_user__in=_global_holders("invoke_tool"))
-    if tool.owner_id is not None:
-        may |= Q(pk=tool.owner_id, restrict_tools=False)
     runners = Runner.objects.filter(is_active=True).select_related("owner").order_by("name")
-    allowed = list(runners.filter(may).distinct())
+    allowed = list(runners.filter(pk__in=access.invoking_runners(tool).values("pk")))
     allowed_ids = {runner.pk for runner in allowed}
     return {
         "allowed": allowed,
@@ -580,4 +578,51 @@ def tool_breaker_history(tool: Tool, limit: int = 20) -> list[Event]:
         Event.objects.filter(stream=f"tool:{tool.name}", kind__in=BREAKER_EVENT_KINDS).order_by(
             "-seq"
         )[:limit]
+    )
+
+
+# --- standing grants ----------------------------------------------------------------
+
+
+def standing_grants_for_user(user: Person) -> QuerySet[StandingGrant]:
+    """Standing grants of the tools whose operations ``user`` sees, newest first."""
+    return (
+        StandingGrant.objects.filter(access.visible_filter(user, "tool"))
+        .select_related("created_by", "revoked_by")
+        .prefetch_related("signatures__user")
+        .order_by("-created_at", "-id")
+    )
+
+
+def standing_grant_get_for_user(*, user: Person, grant_id: str) -> StandingGrant:
+    grant = standing_grants_for_user(user).filter(pk=grant_id).first()
+    if grant is None:
+        raise NotFound(f"No standing grant {grant_id!r}.")
+    return grant
+
+
+def standing_grant_uses(grant: StandingGrant) -> list[Grant]:
+    """The grants a standing grant's uses gave, oldest first, with their operations."""
+    return list(
+        Grant.objects.filter(standing_grant=grant)
+        .select_related("request__operation")
+        .order_by("created_at", "id")
+    )
+
+
+def standing_grant_events(grant: StandingGrant) -> list[Event]:
+    return list(Event.objects.filter(stream=f"sgr:{grant.id}").order_by("seq"))
+
+
+def run_with_runner(run_id: str) -> Run | None:
+    """The run ``run_id`` names with its runner (whose principal and owner a standing
+    grant for that run bars), or None for "" (any run) or an unknown id."""
+    return Run.objects.select_related("runner").filter(pk=run_id).first() if run_id else None
+
+
+def tools_decidable_by(user: Person) -> QuerySet[Tool]:
+    """Tools ``user`` holds the decide permission on, for whom a standing grant may be
+    issued (who may sign is ``access.standing_sign_refusal``'s answer)."""
+    return (
+        access.tools_for_user(user, [access.DECIDE]).exclude(active_version=None).order_by("name")
     )

@@ -29,9 +29,9 @@ def with_approvals(queryset: QuerySet[Operation]) -> QuerySet[Operation]:
     return queryset.select_related("tool_version", "run").prefetch_related(
         Prefetch(
             "approval_requests",
-            queryset=ApprovalRequest.objects.select_related("grant").prefetch_related(
-                "decisions__user"
-            ),
+            queryset=ApprovalRequest.objects.select_related(
+                "grant__standing_grant"
+            ).prefetch_related("decisions__user", "grant__standing_grant__signatures__user"),
         )
     )
 
@@ -74,8 +74,8 @@ def operations_for_runner(
 
 def approval_get_for_runner(*, runner: Runner, approval_id: str) -> ApprovalRequest:
     request = (
-        ApprovalRequest.objects.select_related("grant", "operation")
-        .prefetch_related("decisions__user")
+        ApprovalRequest.objects.select_related("grant__standing_grant", "operation")
+        .prefetch_related("decisions__user", "grant__standing_grant__signatures__user")
         .filter(pk=approval_id, operation__runner=runner)
         .first()
     )

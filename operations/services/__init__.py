@@ -23,7 +23,7 @@ Rules (docs/architecture.md says where each lives):
 from .breaker import tool_breaker_set
 from .claims import attempt_claim
 from .core import GENESIS_HASH, Actor, event_append, event_hash, outbox_enqueue
-from .decisions import approval_decide, approval_revoke
+from .decisions import approval_approve_and_issue, approval_decide, approval_revoke
 from .deliveries import delivery_begin, delivery_claim, delivery_finish, delivery_prune
 from .endpoints import (
     webhook_endpoint_create,
@@ -56,6 +56,12 @@ from .runners import (
 )
 from .runs import run_cancel, run_create
 from .saved_views import saved_view_delete, saved_view_save
+from .standing import (
+    StandingTerms,
+    standing_grant_issue,
+    standing_grant_revoke,
+    standing_grant_sign,
+)
 from .sweep import (
     SweepReport,
     approval_escalate_due,
@@ -64,6 +70,7 @@ from .sweep import (
     lease_expire_due,
     operation_deadline_due,
     run_expire_due,
+    standing_grants_expire_due,
     sweep,
 )
 from .tools import (
@@ -81,8 +88,10 @@ __all__ = [
     "Actor",
     "InboundReceipt",
     "Registration",
+    "StandingTerms",
     "SweepReport",
     "ToolRegistration",
+    "approval_approve_and_issue",
     "approval_decide",
     "approval_escalate_due",
     "approval_expire_due",
@@ -117,6 +126,10 @@ __all__ = [
     "runner_update",
     "saved_view_delete",
     "saved_view_save",
+    "standing_grant_issue",
+    "standing_grant_revoke",
+    "standing_grant_sign",
+    "standing_grants_expire_due",
     "sweep",
     "token_authenticate",
     "token_create",

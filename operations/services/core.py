@@ -439,7 +439,11 @@ def approval_request_open(
     reason: str,
     context: dict[str, Any],
     now: datetime,
+    announce: bool = True,
 ) -> ApprovalRequest:
+    """Open a pending request for ``op`` on its contract version's terms; people who may
+    decide it are told after commit unless ``announce`` is off (a request approved in the
+    same transaction, by a use of a standing grant)."""
     approval = op.tool_version.contract["approval"]
     context["barred_user_ids"] = access.barred_at_open(op, also=context.pop("barred_user_ids", []))
     request = approval_services.request_open(
@@ -454,9 +458,10 @@ def approval_request_open(
         escalate_to=approval.get("escalate_to", ""),
         now=now,
     )
-    transaction.on_commit(
-        partial(approval_requested.send, sender=ApprovalRequest, request_id=request.id)
-    )
+    if announce:
+        transaction.on_commit(
+            partial(approval_requested.send, sender=ApprovalRequest, request_id=request.id)
+        )
     return request
 
 
@@ -518,6 +523,35 @@ def outbox_enqueue(
         for endpoint in endpoints
     )
     return len(endpoints)
+
+
+def outbox_enqueue_to(
+    *,
+    runners: Iterable[Runner],
+    event_type: str,
+    now: datetime,
+    data: dict[str, Any],
+    operation: Operation | None = None,
+) -> int:
+    """Write one outbox message per subscribed endpoint of each of ``runners``: a change
+    that belongs to no one operation (a standing grant's), told to every runner it
+    concerns. ``operation``, when given, is the message's operation (the one the change
+    was about, for its own runner)."""
+    payload = json_safe({"type": event_type, "timestamp": iso(now), "data": data})
+    messages = [
+        OutboxMessage(
+            endpoint=endpoint,
+            operation=operation,
+            event_type=event_type,
+            payload=payload,
+            created_at=now,
+            next_attempt_at=now,
+        )
+        for runner in runners
+        for endpoint in _subscribed(runner, event_type)
+    ]
+    OutboxMessage.objects.bulk_create(messages)
+    return len(messages)
 
 
 def outbox_approval_decided(op: Operation, request: ApprovalRequest, *, now: datetime) -> None:

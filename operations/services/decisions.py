@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from approvals import services as approval_services
 from approvals.errors import DecisionRefused, Refusal
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalRequest, StandingGrant
 from approvals.people import Person
 
 from .. import access, errors, payloads
@@ -37,6 +37,7 @@ from .core import (
 )
 from .registration import operation_build, registered_event_data
 from .rows import insert_unless_conflict
+from .standing import StandingTerms, standing_grant_issue_locked
 
 
 def _lock_request(request_id: str) -> tuple[Operation, ApprovalRequest]:
@@ -227,6 +228,40 @@ def _decide_locked(
     if decided.outcome != "pending":
         outbox_approval_decided(op, request, now=now)
     return op
+
+
+def approval_approve_and_issue(
+    *,
+    request_id: str,
+    user: Person,
+    comment: str,
+    terms: StandingTerms,
+    otp_verified: bool = False,
+) -> tuple[Operation, StandingGrant]:
+    """Approve this and the next ones like it: one person's approval of a pending request
+    and the standing grant they issue for its family (``terms``, of the request's tool),
+    in one transaction: both happen or neither does. Each is judged by its own rule
+    (``access.decide_refusal``, ``access.standing_sign_refusal``)."""
+    with transaction.atomic():
+        op, request = _lock_request(request_id)
+        if terms.tool != op.tool_id:
+            raise errors.InvalidRequest(
+                f"A standing grant issued from this approval is for {op.tool_id}."
+            )
+        now = timezone.now()
+        op = _decide_locked(
+            op,
+            request,
+            user=user,
+            approve=True,
+            comment=comment,
+            otp_verified=otp_verified,
+            now=now,
+        )
+        grant = standing_grant_issue_locked(
+            terms, user=user, otp_verified=otp_verified, now=now, approval_id=request.id
+        )
+    return op, grant
 
 
 def _edited_arguments(op: Operation, edits: dict[str, Any]) -> tuple[Any, list[dict[str, Any]]]:

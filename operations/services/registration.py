@@ -39,6 +39,7 @@ from .core import (
     subscribes,
 )
 from .rows import approvals_known_none, db_datetime, insert_all, insert_unless_conflict
+from .standing import standing_cover_locked
 
 # W3C Trace Context, matched in full (a "$" would admit a final newline).
 TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
@@ -537,28 +538,38 @@ def _register_full(
     )
     policy = intent.policy
     if policy.required:
-        request = approval_request_open(
+        context = {
+            "matched_rules": policy.matched_rules,
+            "policy_mode": policy.mode,
+            "runner_reason": policy.runner_reason,
+        }
+        # A standing grant approves the intent people approved in advance; a runner that
+        # asked for a person (``approval.require``) gets one.
+        covered = policy.runner_reason is None and standing_cover_locked(
             op,
+            approvals_required=intent.version.contract["approval"]["approvals_required"],
             reason=policy.reason,
-            context={
-                "matched_rules": policy.matched_rules,
-                "policy_mode": policy.mode,
-                "runner_reason": policy.runner_reason,
-            },
-            now=now,
-        )
-        record(
-            op,
-            kind=EventKind.APPROVAL_REQUESTED,
+            context=context,
             actor=actor,
             now=now,
-            data={
-                "approval": request.id,
-                "reason": request.reason,
-                "terms": approval_opened_terms(op, request),
-            },
         )
-    outbox_enqueue(op=op, event_type=f"operation.{op.status}", now=now)
+        if not covered:
+            request = approval_request_open(op, reason=policy.reason, context=context, now=now)
+            record(
+                op,
+                kind=EventKind.APPROVAL_REQUESTED,
+                actor=actor,
+                now=now,
+                data={
+                    "approval": request.id,
+                    "reason": request.reason,
+                    "terms": approval_opened_terms(op, request),
+                },
+            )
+    if op.status == Status.AWAITING_APPROVAL or not policy.required:
+        # Covered by a standing grant, the operation went ready by a transition, which
+        # wrote its webhooks.
+        outbox_enqueue(op=op, event_type=f"operation.{op.status}", now=now)
     registration = Registration(operation=op, created=True)
     if claim_lease_s is not None and op.status == Status.READY:
         result = claim_locked(op, runner=op.runner, lease_s=claim_lease_s, now=now)

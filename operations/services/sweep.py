@@ -27,6 +27,7 @@ from .core import (
 from .decisions import approval_escalate_locked, request_expire_locked
 from .inbound import inbound_apply
 from .outcomes import lease_expire_locked
+from .standing import standing_grant_expire_due
 
 logger = logging.getLogger(__name__)
 WAITING = (Status.READY, Status.AWAITING_APPROVAL)
@@ -155,6 +156,12 @@ def inbound_apply_pending(*, limit: int = 100) -> int:
     return due_each(due, apply)
 
 
+@timed_sweep("standing_grant_expiry")
+def standing_grants_expire_due(*, now: datetime | None = None, limit: int = 500) -> int:
+    """Mark standing grants past their expiry as expired."""
+    return standing_grant_expire_due(now=now, limit=limit)
+
+
 @dataclass(frozen=True)
 class SweepReport:
     leases_expired: int
@@ -162,6 +169,7 @@ class SweepReport:
     approvals_escalated: int
     operations_past_deadline: int
     runs_expired: int
+    standing_grants_expired: int
 
 
 def sweep(*, now: datetime | None = None) -> SweepReport:
@@ -173,4 +181,5 @@ def sweep(*, now: datetime | None = None) -> SweepReport:
         approvals_escalated=approval_escalate_due(now=now),
         operations_past_deadline=operation_deadline_due(now=now),
         runs_expired=run_expire_due(now=now),
+        standing_grants_expired=standing_grants_expire_due(now=now),
     )

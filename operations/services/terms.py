@@ -2,12 +2,12 @@
 records them and as ``audit verify`` reads them back from the row.
 
 An approval request's quorum, lifetimes, escalation, barred people and editable fields,
-and a run's budgets, are not statuses: no later event repeats them, and a plain UPDATE
-changes them. So the event that opens the row holds them (``terms`` in its data), and
-``audit.state_verify`` compares the row with that record, column by column. Both sides
-use the functions here, so what is written and what is compared cannot drift apart;
-the values are plain JSON (times as RFC 3339, money as an exact decimal string), as an
-event's data is stored.
+a standing grant's family and limits, and a run's budgets, are not statuses: no later
+event repeats them, and a plain UPDATE changes them. So the event that opens the row
+holds them (``terms`` in its data), and ``audit.state_verify`` compares the row with
+that record, column by column. Both sides use the functions here, so what is written
+and what is compared cannot drift apart; the values are plain JSON (times as RFC 3339,
+money as an exact decimal string), as an event's data is stored.
 """
 
 from datetime import datetime, timedelta
@@ -75,4 +75,27 @@ def run_terms(run: Any) -> dict[str, Any]:
         "deadline_s": run.deadline_s,
         "max_spend": format(max_spend, "f") if max_spend is not None else None,
         "deadline_at": iso(run.deadline_at),
+    }
+
+
+def money_text(value: Decimal | None) -> str | None:
+    """An amount as an event records it: the exact decimal, rounded as the row holds it."""
+    rounded = money(value)
+    return format(rounded, "f") if rounded is not None else None
+
+
+def standing_grant_terms(grant: Any) -> dict[str, Any]:
+    """What a standing grant (``approvals.StandingGrant``) decides beside its status and
+    its count of uses: the family it covers, how much of it, until when, and the quorum
+    it was issued with."""
+    return {
+        "tool": grant.tool,
+        "principal": grant.principal,
+        "run": grant.run_id,
+        "pins": grant.pins,
+        "max_uses": grant.max_uses,
+        "sum_path": grant.sum_path,
+        "max_sum": money_text(grant.max_sum),
+        "expires_at": iso(grant.expires_at),
+        "approvals_required": grant.approvals_required,
     }

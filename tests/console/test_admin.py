@@ -4,12 +4,15 @@ Every admin of an ``operations`` or ``approvals`` model is enumerated from the a
 site, so a model registered later is checked without anyone remembering to add it.
 """
 
+from datetime import timedelta
+
 import pytest
 from django.contrib import admin
 from django.contrib.admin import helpers
 from django.contrib.auth.models import Group, Permission
 from django.test import Client, RequestFactory
 from django.urls import reverse
+from django.utils import timezone
 from django_otp.plugins.otp_totp.models import TOTPDevice
 from guardian.shortcuts import get_group_perms, get_perms
 
@@ -75,6 +78,12 @@ def ledger(api, settings):
         comment="ok",
     )
     direct.claim(op["id"])
+    services.standing_grant_issue(
+        services.StandingTerms(
+            tool="refund", max_uses=1, expires_at=timezone.now() + timedelta(hours=1)
+        ),
+        user=approver,
+    )
     tool = Tool.objects.get(pk="refund")
     inbound_secret = "whsec_" + "c2VjcmV0LW9mLXRoZS1wcm92aWRlcg=="
     services.tool_inbound_secret_set(

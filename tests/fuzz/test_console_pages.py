@@ -14,6 +14,7 @@ CI runs this on PostgreSQL, which refuses input SQLite stores (U+0000).
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 from urllib.parse import quote
 
@@ -23,6 +24,7 @@ from django.core.handlers import wsgi
 from django.http import QueryDict
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
+from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from operations import services
@@ -94,6 +96,12 @@ def _real_values(known: Known, superuser) -> dict[str, list[str]]:
     view = services.saved_view_save(
         user=superuser, list_name="operations", name="ready", query="status=ready"
     )
+    grant = services.standing_grant_issue(
+        services.StandingTerms(
+            tool="ask", max_uses=2, expires_at=timezone.now() + timedelta(hours=1)
+        ),
+        user=superuser,
+    )
 
     def ids(model, field: str = "pk") -> list[str]:
         return [str(value) for value in model.objects.values_list(field, flat=True)[:3]]
@@ -108,6 +116,7 @@ def _real_values(known: Known, superuser) -> dict[str, list[str]]:
         "message_id": ids(OutboxMessage),
         "resolution_id": ids(Resolution),
         "view_id": [str(view.pk)],
+        "grant_id": [grant.id],
         "number": ["1", "2"],
         "fmt": ["csv", "jsonl"],
     }

@@ -7,6 +7,7 @@ INSERT and UPDATE on tables without triggers, INSERT on the append-only ones.
 
 import contextlib
 from datetime import timedelta
+from decimal import Decimal
 from io import StringIO
 
 import pytest
@@ -18,7 +19,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from guardian.shortcuts import assign_perm
 
-from approvals.models import ApprovalRequest, Decision, Grant
+from approvals.models import ApprovalRequest, Decision, Grant, StandingGrant
 from operations import audit, services
 from operations.canonical import sha256_hex
 from operations.errors import NotUnknown
@@ -217,6 +218,34 @@ def _rich_ledger(api) -> dict[str, str]:
         assert services.sweep().leases_expired == 1
     ids["lease_expired"] = op["id"]
 
+    # A standing grant signed by two people, used up: one use claimed and succeeded,
+    # the last one exhausting it; another revoked, its use refused at the next claim.
+    api.tool(
+        "payout", contract("irreversible", approval={"mode": "always", "approvals_required": 2})
+    )
+    signers = [_decider("payout"), _decider("payout")]
+    terms = services.StandingTerms(
+        tool="payout",
+        max_uses=2,
+        expires_at=timezone.now() + timedelta(hours=1),
+        pins=[{"path": "/amount_cents", "op": "lte", "value": 1000}],
+        sum_path="/amount_cents",
+        max_sum=Decimal(5000),
+    )
+    grant = services.standing_grant_issue(terms, user=signers[0])
+    services.standing_grant_sign(grant_id=grant.id, user=signers[1])
+    run = api.run(principal="user:nobody")
+    op = api.register(run, "payout", claim={"lease_s": 30})
+    api.outcome(op["id"], 1, {"kind": "succeeded"})
+    ids["standing_used"] = op["id"]
+    assert api.register(run, "payout")["status"] == "ready"
+    grant = services.standing_grant_issue(terms, user=signers[0])
+    services.standing_grant_sign(grant_id=grant.id, user=signers[1])
+    op = api.register(run, "payout")
+    services.standing_grant_revoke(grant_id=grant.id, user=signers[1], reason="paused")
+    api.claim(op["id"], expect=403)
+    ids["standing_revoked"] = op["id"]
+
     # A contract version that weakens the active one, activated by a person.
     api.tool("pay4", contract("irreversible", approval={"mode": "always"}))
     weaker = api.tool("pay4", contract("irreversible", approval={"mode": "never"}))
@@ -244,7 +273,10 @@ def test_a_rich_clean_ledger_has_no_unexplained_row(api):
         "reconciled": "awaiting_approval",
         "compensated": "compensated",
         "lease_expired": "ready",
+        "standing_used": "succeeded",
+        "standing_revoked": "awaiting_approval",
     }
+    assert set(StandingGrant.objects.values_list("status", flat=True)) == {"exhausted", "revoked"}
     assert set(ApprovalRequest.objects.values_list("status", flat=True)) == {
         "approved",
         "rejected",

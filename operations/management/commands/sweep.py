@@ -8,7 +8,10 @@ from operations.services import sweep
 
 
 class Command(BaseCommand):
-    help = "Expire leases and approval requests; end operations and runs past their deadline."
+    help = (
+        "Expire leases, approval requests and standing grants; end operations and runs past "
+        "their deadline."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument(
@@ -23,7 +26,8 @@ class Command(BaseCommand):
                 f"approvals expired: {report.approvals_expired}, "
                 f"approvals escalated: {report.approvals_escalated}, "
                 f"operations past deadline: {report.operations_past_deadline}, "
-                f"runs expired: {report.runs_expired}"
+                f"runs expired: {report.runs_expired}, "
+                f"standing grants expired: {report.standing_grants_expired}"
             )
             if not options["loop"]:
                 return
