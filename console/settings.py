@@ -435,6 +435,16 @@ if HOLD_NEW_TOOLS not in HOLD_NEW_TOOLS_MODES:
         f"HOLD_NEW_TOOLS: {HOLD_NEW_TOOLS!r} is not one of {', '.join(HOLD_NEW_TOOLS_MODES)}"
     )
 
+# The time zone in which people's policies read the time of a registration
+# (``context.time``: date, weekday, hour; docs/policies.md), an IANA name.
+POLICY_TIME_ZONE = os.environ.get("POLICY_TIME_ZONE", "UTC").strip() or "UTC"
+try:
+    import zoneinfo
+
+    zoneinfo.ZoneInfo(POLICY_TIME_ZONE)
+except (zoneinfo.ZoneInfoNotFoundError, ValueError) as _exc:
+    raise ImproperlyConfigured(f"POLICY_TIME_ZONE: {POLICY_TIME_ZONE!r} is not a time zone") from _exc
+
 # Reconciliation lookups go only to these hosts (names or CIDR ranges, comma-separated):
 # they are usually on the runner's private network, so nothing is allowed by default.
 RECONCILE_ALLOWED_HOSTS = _env_list("RECONCILE_ALLOWED_HOSTS")

@@ -15,6 +15,7 @@ import hmac
 import ipaddress
 import unicodedata
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -28,7 +29,7 @@ from approvals.models import ApprovalRequest, StandingGrant
 from approvals.people import Person
 
 from .machine import EffectClass
-from .models import Operation, Run, Runner, Tool, ToolVersion
+from .models import Operation, PolicyVersion, Run, Runner, Tool, ToolVersion
 
 # Permission names (codenames declared in operations.models.Tool.Meta and the built-in
 # model permissions of Run and Runner).
@@ -39,6 +40,8 @@ INVOKE = "operations.invoke_tool"
 CANCEL_RUN = "operations.change_run"
 MANAGE_RUNNERS = "operations.change_runner"
 MANAGE_TOOL_PERMISSIONS = "operations.change_tool"
+# People's policies (docs/policies.md): a global permission; runners never hold it.
+MANAGE_POLICIES = "operations.manage_policies"
 # The object permissions people hold on a tool. ``INVOKE`` is a runner's, set only by
 # ``services.tool_invoker_set``.
 PEOPLE_TOOL_PERMISSIONS = (DECIDE, RECONCILE, ACTIVATE)
@@ -121,6 +124,8 @@ def escalated_to_user(user: Person, request: ApprovalRequest) -> bool:
 def may_decide_on(user: Person, *, request: ApprovalRequest, tool: Tool) -> bool:
     """The permission part of deciding on one request: the tool's permission, or its
     escalation group. Asked when deciding and of each decider again at every claim."""
+    if policy_group_refusal(user, request) is not None:
+        return False
     return may_hold_decide(user, tool) or escalated_to_user(user, request)
 
 
@@ -194,6 +199,9 @@ def decide_refusal(
     """
     if not user.is_active:
         return "Your account is inactive."
+    group_refusal = policy_group_refusal(user, request)
+    if group_refusal is not None:
+        return group_refusal
     if not may_decide_on(user, request=request, tool=op.tool):
         return "You do not hold the permission to decide for this tool."
     if user.pk in barred_user_ids(request=request, op=op):
@@ -203,7 +211,10 @@ def decide_refusal(
         )
     if request.decisions.filter(user=user).exists():
         return "You have already decided on this request; a quorum needs distinct people."
-    if decision_needs_second_factor(op) and not otp_verified:
+    needs_factor = decision_needs_second_factor(op) or bool(
+        policy_terms(request).get("second_factor")
+    )
+    if needs_factor and not otp_verified:
         return SECOND_FACTOR_REFUSAL
     return None
 
@@ -336,6 +347,53 @@ def activate_refusal(user: Person, version: ToolVersion) -> str | None:
         owners.add(registering_runner.owner_id)
     if user.pk in owners:
         return "You own the runner that registered this version; someone else must activate it."
+    return None
+
+
+# ---------------------------------------------------------------------------------------
+# People's policies
+
+
+def may_manage_policies(user: Person) -> bool:
+    """Write, shadow, simulate and retire policies (and see them: runners never do)."""
+    return _holds(user, MANAGE_POLICIES)
+
+
+def require_manage_policies(user: Person) -> None:
+    if not may_manage_policies(user):
+        raise PermissionRefused("You may not manage policies.")
+
+
+def policy_activate_refusal(user: Person, version: PolicyVersion) -> str | None:
+    """Why ``user`` may not put ``version`` in force, or None: four eyes, so never the
+    person who wrote that text."""
+    if not may_manage_policies(user):
+        return "You may not manage policies."
+    if version.written_by_id == user.pk:
+        return (
+            f"You wrote version {version.number} of {version.policy_id}; another person "
+            "who manages policies must activate it."
+        )
+    return None
+
+
+def policy_terms(request: ApprovalRequest) -> dict[str, Any]:
+    """What the policies that asked for ``request`` require beyond the contract (the
+    groups a decider belongs to, a second factor), as recorded when it opened."""
+    terms = request.context.get("policy_terms") if isinstance(request.context, dict) else None
+    return terms if isinstance(terms, dict) else {}
+
+
+def policy_group_refusal(user: Person, request: ApprovalRequest) -> str | None:
+    """Why ``user``'s groups do not let them decide ``request``, or None: a policy's
+    ``@group`` asks for a member of each group it names."""
+    groups = [g for g in policy_terms(request).get("groups", []) if isinstance(g, str)]
+    if not groups:
+        return None
+    held = set(user.groups.filter(name__in=groups).values_list("name", flat=True))
+    missing = [g for g in groups if g not in held]
+    if missing:
+        return f"A policy asks for a member of {', '.join(missing)} to decide this operation."
     return None
 
 

@@ -80,6 +80,13 @@ class ToolForbidden(DomainError):
     code, status, title = "tool_forbidden", 403, "This runner may not invoke this tool"
 
 
+class ForbiddenByPolicy(DomainError):
+    """A policy people wrote refuses the registration (docs/policies.md); the problem
+    names the policy (``policy``) and says its ``@message``."""
+
+    code, status, title = "forbidden_by_policy", 403, "A policy forbids this operation"
+
+
 class InvalidPrincipal(DomainError):
     code, status, title = "invalid_principal", 400, "The principal is not a usable identity"
 

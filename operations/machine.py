@@ -160,6 +160,8 @@ class EventKind(StrEnum):
     RUN_CREATED = "run_created"
     RUN_CANCELLED = "run_cancelled"
     RUN_EXPIRED = "run_expired"
+    # A policy refused a registration in the run (nothing else is written).
+    REGISTRATION_FORBIDDEN = "registration_forbidden"
     # A tool's stream.
     CONTRACT_REGISTERED = "contract_registered"
     CONTRACT_ACTIVATED = "contract_activated"
@@ -190,6 +192,13 @@ class EventKind(StrEnum):
     STANDING_GRANT_EXHAUSTED = "standing_grant_exhausted"
     STANDING_GRANT_EXPIRED = "standing_grant_expired"
     STANDING_GRANT_REVOKED = "standing_grant_revoked"
+    # A policy's stream (``policy:<id>``).
+    POLICY_WRITTEN = "policy_written"
+    POLICY_SHADOWED = "policy_shadowed"
+    POLICY_ACTIVATED = "policy_activated"
+    POLICY_RETIRED = "policy_retired"
+    # A shadow policy would have done otherwise than the policies in force (its stream).
+    POLICY_SHADOW_DIVERGED = "policy_shadow_diverged"
     # A person's stream (console/accounts.py).
     SIGNED_IN = "signed_in"
     SIGNED_OUT = "signed_out"

@@ -609,3 +609,64 @@ class SavedView(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} {self.list_name}: {self.name}"
+
+
+class Policy(models.Model):
+    """A policy people own, in Cedar (docs/policies.md), named by its ``@id``.
+
+    Its versions are append-only; which one is enforced (``active_version``) and which
+    one is watched without enforcing (``shadow_version``) change only through
+    ``services.policies``, each change an event on the stream ``policy:<id>``, which
+    ``audit verify`` replays. A PostgreSQL trigger (migration 0014) moves the policy
+    generation on any change of this table, so every process drops the policies it
+    remembered at its next registration.
+    """
+
+    class State(models.TextChoices):
+        DRAFT = "draft"
+        SHADOW = "shadow"
+        ACTIVE = "active"
+        RETIRED = "retired"
+
+    id = models.CharField(primary_key=True, max_length=80)
+    state = models.CharField(max_length=10, choices=State.choices, default=State.DRAFT)
+    active_version = models.ForeignKey(
+        "PolicyVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    shadow_version = models.ForeignKey(
+        "PolicyVersion", null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    created_at = models.DateTimeField()
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        permissions = [("manage_policies", "Can write, shadow, activate and retire policies")]
+        indexes = [models.Index(fields=["state"], name="policy_state")]
+        ordering = ["id"]
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class PolicyVersion(models.Model):
+    """One text of a policy, as a person wrote it; never changed once written."""
+
+    policy = models.ForeignKey(Policy, on_delete=models.PROTECT, related_name="versions")
+    number = models.PositiveIntegerField()
+    text = models.TextField()
+    text_hash = models.CharField(max_length=64)
+    kind = models.CharField(max_length=10)  # forbid, require or permit
+    message = models.CharField(max_length=500, blank=True, default="")
+    written_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    written_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["policy", "number"], name="policyversion_unique_number")
+        ]
+        ordering = ["policy", "number"]
+
+    def __str__(self) -> str:
+        return f"{self.policy_id} v{self.number}"

@@ -53,7 +53,11 @@ from django.db.models import Model
 from .models import Runner, RunnerToken
 
 MAX_ENTRIES = 4096
-GENERATION_SQL = "SELECT value FROM operations_token_generation WHERE id = 1"
+# The same row holds the policy generation (migration 0014): read with the token
+# generation, so the policies in force cost a registration no statement of their own.
+GENERATION_SQL = "SELECT value, policies FROM operations_token_generation WHERE id = 1"
+POLICY_GENERATION_SQL = "SELECT policies FROM operations_token_generation WHERE id = 1"
+_seen = threading.local()
 
 
 def enabled() -> bool:
@@ -71,8 +75,30 @@ def generation_read() -> int | None:
     if row is None:
         with connection.cursor() as cursor:
             cursor.execute(GENERATION_SQL)
-            row = cursor.fetchone() or (None,)
+            row = cursor.fetchone() or (None, None)
+    _seen.policies = row[1]
     return row[0]
+
+
+def seen_forget() -> None:
+    """Forget the policy generation an earlier request's read brought (a request that
+    reads no token generation must not use another request's)."""
+    _seen.policies = None
+
+
+def policy_generation() -> int | None:
+    """The policy generation: the value this request's token generation read brought
+    (taken once), else read now. None on SQLite, where the table does not exist."""
+    seen, _seen.policies = getattr(_seen, "policies", None), None
+    if seen is not None:
+        return int(seen)
+    connection = connections[DEFAULT_DB_ALIAS]
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(POLICY_GENERATION_SQL)
+        row = cursor.fetchone()
+    return None if row is None else int(row[0])
 
 
 def _read_as_health_check(connection: Any) -> tuple[Any, ...] | None:
@@ -92,7 +118,7 @@ def _read_as_health_check(connection: Any) -> tuple[Any, ...] | None:
     try:
         with connection.connection.cursor() as cursor:
             cursor.execute(GENERATION_SQL)
-            row = cursor.fetchone() or (None,)
+            row = cursor.fetchone() or (None, None)
     except psycopg.Error:
         connection.close()
         return None

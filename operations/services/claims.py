@@ -113,6 +113,12 @@ def claim_locked(
                     "replaces": request.id,
                     "grant_problem": problem,
                     "barred_user_ids": request.context.get("barred_user_ids", []),
+                    # What the policies asked at registration still holds.
+                    **{
+                        key: request.context[key]
+                        for key in ("policies", "policy_terms")
+                        if key in request.context
+                    },
                 },
                 now=now,
             )

@@ -446,12 +446,21 @@ def approval_request_open(
     same transaction, by a use of a standing grant)."""
     approval = op.tool_version.contract["approval"]
     context["barred_user_ids"] = access.barred_at_open(op, also=context.pop("barred_user_ids", []))
+    # The policies that asked (``context["policy_terms"]``, services.policies): the
+    # stricter of the contract and them, never less than the contract.
+    terms = context.get("policy_terms") or {}
     request = approval_services.request_open(
         operation=op,
         intent_hash=op.intent_hash,
-        approvals_required=approval["approvals_required"],
-        request_ttl_s=approval["request_ttl_s"],
-        grant_ttl_s=approval["grant_ttl_s"],
+        approvals_required=max(
+            approval["approvals_required"], terms.get("approvals_required") or 1
+        ),
+        request_ttl_s=min(
+            approval["request_ttl_s"], terms.get("request_ttl_s") or approval["request_ttl_s"]
+        ),
+        grant_ttl_s=min(
+            approval["grant_ttl_s"], terms.get("grant_ttl_s") or approval["grant_ttl_s"]
+        ),
         reason=reason,
         context=context,
         escalate_after_s=approval.get("escalate_after_s"),

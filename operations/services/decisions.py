@@ -21,7 +21,9 @@ from ..machine import EventKind, Status
 from ..models import (
     Operation,
 )
+from ..policies.cedar import Requirement, strictest
 from ..strictjson import loads_strict
+from . import policies
 from .core import (
     Actor,
     approval_escalated,
@@ -335,6 +337,31 @@ def _approve_edited(
     The original ends ``superseded`` pointing at it. One transaction, each step audited.
     """
     actor = Actor.of_user(user)
+    verdict, in_force = policies.judge_again(
+        runner=op.runner,
+        run=op.run,
+        tool=op.tool,
+        contract=op.tool_version.contract,
+        frozen=edited,
+        now=now,
+    )
+    if verdict.forbidden is not None:
+        forbid = verdict.forbidden.policy
+        raise DecisionRefused(
+            f"Policy {forbid.policy_id} forbids the changed operation: "
+            f"{forbid.message or 'it may not run'}."
+        )
+    context = {**request.context, "edited_from": request.id, "edits": changes}
+    if verdict.asks:
+        # The changed arguments are judged anew; what was asked of the original stays.
+        earlier = request.context.get("policy_terms")
+        terms = [verdict.requirement] + ([Requirement.from_dict(earlier)] if earlier else [])
+        context["policy_terms"] = strictest(t for t in terms if t is not None).as_dict()
+        hits = policies.hits_described(verdict, in_force.versions)
+        known = {h["policy"] for h in hits}
+        context["policies"] = hits + [
+            h for h in request.context.get("policies", []) if h.get("policy") not in known
+        ]
     successor = operation_build(
         runner=op.runner,
         run=op.run,
@@ -371,7 +398,7 @@ def _approve_edited(
         successor,
         reason=f"{user.get_username()} changed {', '.join(c['path'] for c in changes)} "
         f"when approving {op.id}. {request.reason}",
-        context={**request.context, "edited_from": request.id, "edits": changes},
+        context=context,
         now=now,
     )
     if request.escalated_at is not None:

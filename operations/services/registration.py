@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -26,6 +27,8 @@ from ..models import (
     Tool,
     ToolVersion,
 )
+from ..policies.cedar import Requirement
+from . import policies
 from .claims import claim_locked
 from .core import (
     GENESIS_HASH,
@@ -38,8 +41,12 @@ from .core import (
     record,
     subscribes,
 )
+from .policies import reason_of
 from .rows import approvals_known_none, db_datetime, insert_all, insert_unless_conflict
 from .standing import standing_cover_locked
+
+_USERS = get_user_model()._meta.db_table
+_USERNAME = getattr(get_user_model()._meta.get_field(get_user_model().USERNAME_FIELD), "column")
 
 # W3C Trace Context, matched in full (a "$" would admit a final newline).
 TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
@@ -203,16 +210,47 @@ class _Intent:
     digest: str
     policy: Any
     previous: Operation | None
+    # What people's policies ask beyond the contract (``services.policies``): the
+    # strictest of those that asked, and which asked.
+    requirement: Requirement | None = None
+    policy_hits: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def approval_required(self) -> bool:
+        return bool(self.policy.required or self.requirement is not None)
+
+    @property
+    def reason(self) -> str:
+        return " ".join(
+            part for part in (self.policy.reason, reason_of(list(self.policy_hits))) if part
+        )
+
+    def request_context(self) -> dict[str, Any]:
+        context: dict[str, Any] = {
+            "matched_rules": self.policy.matched_rules,
+            "policy_mode": self.policy.mode,
+            "runner_reason": self.policy.runner_reason,
+        }
+        if self.requirement is not None:
+            context["policies"] = list(self.policy_hits)
+            context["policy_terms"] = self.requirement.as_dict()
+        return context
 
 
-def _context(*, runner: Runner, run_id: str, tool_name: str) -> tuple[Run, Tool | None]:
+def _context(
+    *, runner: Runner, run_id: str, tool_name: str
+) -> tuple[Run, Tool | None, tuple[str, str]]:
     """The runner's run and the tool with its active version: one read.
 
     Only what a registration needs is loaded; the run's budgets are checked and counted
     by the conditional UPDATE at the end of the transaction (``_run_count``).
     """
     sql = (
-        "SELECT r.principal, r.principal_user_id, t.name, t.active_version_id, t.owner_id, "
+        # The user table's names come from the model, never from a request.
+        "SELECT r.principal, r.principal_user_id, r.tool_calls, r.spend, r.turns, "  # noqa: S608
+        f"(SELECT u.{_USERNAME} FROM {_USERS} u WHERE u.id = %s), "
+        "(SELECT o.name FROM operations_runner o WHERE o.id = t.owner_id), "
+        "t.name, t.active_version_id, t.owner_id, "
         "t.breaker_state, v.tool_id, v.number, v.contract, v.contract_hash "
         "FROM operations_run r "
         "LEFT JOIN operations_tool t ON t.name = %s "
@@ -220,19 +258,22 @@ def _context(*, runner: Runner, run_id: str, tool_name: str) -> tuple[Run, Tool 
         "WHERE r.id = %s AND r.runner_id = %s"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [tool_name, run_id, runner.pk])
+        cursor.execute(sql, [runner.owner_id, tool_name, run_id, runner.pk])
         row = cursor.fetchone()
     if row is None:
         raise errors.NotFound(f"No run {run_id!r}.")
-    principal, principal_user_id, name, version_id, owner_id, breaker_state, *version = row
+    principal, principal_user_id, tool_calls, spend, turns, runner_owner, tool_owner, *rest = row
+    name, version_id, owner_id, breaker_state, *version = rest
     alias = connection.alias
     run = Run.from_db(
         alias,
-        ["id", "runner_id", "principal", "principal_user_id"],
-        [run_id, runner.pk, principal, principal_user_id],
+        ["id", "runner_id", "principal", "principal_user_id", "tool_calls", "spend", "turns"],
+        [run_id, runner.pk, principal, principal_user_id, tool_calls, spend, turns],
     )
+    # Who owns what, by name, for the policies (``services.policies``).
+    owners = (runner_owner or "", tool_owner or "")
     if name is None:
-        return run, None
+        return run, None, owners
     tool = Tool.from_db(
         alias,
         ["name", "active_version_id", "owner_id", "breaker_state"],
@@ -246,7 +287,7 @@ def _context(*, runner: Runner, run_id: str, tool_name: str) -> tuple[Run, Tool 
             ["id", "tool_id", "number", "contract", "contract_hash"],
             [version_id, tool_id, number, contract, contract_hash],
         )
-    return run, tool
+    return run, tool, owners
 
 
 def _not_active(tool: Tool) -> errors.ToolNotActive:
@@ -271,12 +312,14 @@ def _intent(
     runner: Runner,
     run: Run,
     tool: Tool | None,
+    owners: tuple[str, str],
     tool_name: str,
     arguments: Any,
     approval: dict[str, Any] | None,
     retry_of: str | None,
 ) -> _Intent:
-    """Refusals in api.md's order: unknown tool, retry target, permission, arguments."""
+    """Refusals in api.md's order: unknown tool, retry target, permission, arguments,
+    a policy's forbid."""
     if tool is None:
         raise errors.UnknownTool(f"No tool named {tool_name!r} is registered.")
     if tool.active_version is None:
@@ -292,6 +335,9 @@ def _intent(
         runner_requested=bool(approval and approval.get("require")),
         runner_reason=(approval or {}).get("reason"),
     )
+    requirement, hits = _policies_judge(
+        runner=runner, run=run, tool=tool, owners=owners, version=version, frozen=frozen
+    )
     return _Intent(
         run=run,
         tool=tool,
@@ -300,7 +346,48 @@ def _intent(
         digest=intent_hash(tool=tool.name, arguments=frozen, principal=run.principal),
         policy=policy,
         previous=previous,
+        requirement=requirement,
+        policy_hits=hits,
     )
+
+
+def _policies_judge(
+    *,
+    runner: Runner,
+    run: Run,
+    tool: Tool,
+    owners: tuple[str, str],
+    version: ToolVersion,
+    frozen: Any,
+) -> tuple[Requirement | None, tuple[dict[str, Any], ...]]:
+    """What people's policies in force say of this registration: raises
+    ``ForbiddenByPolicy`` for a forbid; else the strictest requirement of those that
+    ask (None: none asks). No policy in force: nothing is computed."""
+    in_force = policies.in_force()
+    if not in_force:
+        return None, ()
+    facts = policies.registration_facts(
+        runner=runner,
+        runner_owner=owners[0],
+        tool=tool,
+        tool_owner=owners[1],
+        contract=version.contract,
+        frozen=frozen,
+        run=run,
+        now=timezone.now(),
+    )
+    verdict = policies.registration_verdict(in_force, facts)
+    policies.shadow_observe(in_force, facts, verdict)
+    if verdict.forbidden is not None:
+        hit = verdict.forbidden.policy
+        raise errors.ForbiddenByPolicy(
+            hit.message or f"Policy {hit.policy_id} forbids this operation.",
+            policy=hit.policy_id,
+            policy_version=in_force.versions.get(hit.policy_id),
+        )
+    if not verdict.asks:
+        return None, ()
+    return verdict.requirement, tuple(policies.hits_described(verdict, in_force.versions))
 
 
 def _existing(*, runner: Runner, operation_key: str) -> Operation | None:
@@ -353,20 +440,23 @@ def operation_register(
     the answer is built from what was written. Anything else is ``_register_full``,
     the general path through ``transition`` and ``claim_locked``.
     """
-    run, tool = _context(runner=runner, run_id=run_id, tool_name=tool_name)
+    run, tool, owners = _context(runner=runner, run_id=run_id, tool_name=tool_name)
     try:
         intent = _intent(
             runner=runner,
             run=run,
             tool=tool,
+            owners=owners,
             tool_name=tool_name,
             arguments=arguments,
             approval=approval,
             retry_of=retry_of,
         )
-    except errors.DomainError:
+    except errors.DomainError as refusal:
         existing = _existing(runner=runner, operation_key=operation_key)
         if existing is None:
+            if isinstance(refusal, errors.ForbiddenByPolicy):
+                _forbidden_record(refusal, runner=runner, run=run, tool_name=tool_name)
             raise
         return _replayed(
             existing, tool_name=tool_name, arguments=arguments, principal=run.principal
@@ -386,7 +476,7 @@ def operation_register(
             digest=intent.digest,
             principal=run.principal,
             principal_user_id=run.principal_user_id,
-            status=Status.AWAITING_APPROVAL if intent.policy.required else Status.READY,
+            status=Status.AWAITING_APPROVAL if intent.approval_required else Status.READY,
             deadline_at=now + timedelta(seconds=deadline_s) if deadline_s else None,
             now=now,
             call_id=call_id,
@@ -395,7 +485,7 @@ def operation_register(
             traceparent=traceparent,
         )
         lean = (
-            not intent.policy.required
+            not intent.approval_required
             and intent.previous is None
             and intent.tool.breaker_state == Tool.BreakerState.CLOSED
             and not subscribes(runner, f"operation.{Status.READY}")
@@ -421,6 +511,28 @@ def operation_register(
             )
         _run_count(run, turn=turn, now=now)
     return registration
+
+
+def _forbidden_record(
+    refusal: errors.ForbiddenByPolicy, *, runner: Runner, run: Run, tool_name: str
+) -> None:
+    """The trace of a registration a policy refused: one event on the run's stream,
+    the only thing written (no operation, no tool call counted)."""
+    with transaction.atomic(durable=True):
+        locked = Run.objects.select_for_update().get(pk=run.pk)
+        event_append(
+            stream=locked.id,
+            kind=EventKind.REGISTRATION_FORBIDDEN,
+            actor=Actor.of_runner(runner),
+            run=locked,
+            tool_name=tool_name,
+            data={
+                "tool": tool_name,
+                "policy": refusal.extra.get("policy"),
+                "policy_version": refusal.extra.get("policy_version"),
+                "message": refusal.detail,
+            },
+        )
 
 
 def _run_count(run: Run, *, turn: int | None, now: datetime) -> None:
@@ -537,24 +649,31 @@ def _register_full(
         now=now,
     )
     policy = intent.policy
-    if policy.required:
-        context = {
-            "matched_rules": policy.matched_rules,
-            "policy_mode": policy.mode,
-            "runner_reason": policy.runner_reason,
-        }
+    required = intent.approval_required
+    if required:
+        context = intent.request_context()
+        terms = intent.requirement
         # A standing grant approves the intent people approved in advance; a runner that
-        # asked for a person (``approval.require``) gets one.
-        covered = policy.runner_reason is None and standing_cover_locked(
-            op,
-            approvals_required=intent.version.contract["approval"]["approvals_required"],
-            reason=policy.reason,
-            context=context,
-            actor=actor,
-            now=now,
+        # asked for a person (``approval.require``) gets one, and so does a policy that
+        # asks for a group or a second factor (a standing grant's signers were never
+        # checked against them).
+        covered = (
+            policy.runner_reason is None
+            and (terms is None or (not terms.groups and not terms.second_factor))
+            and standing_cover_locked(
+                op,
+                approvals_required=max(
+                    intent.version.contract["approval"]["approvals_required"],
+                    terms.approvals_required if terms else 1,
+                ),
+                reason=intent.reason,
+                context=context,
+                actor=actor,
+                now=now,
+            )
         )
         if not covered:
-            request = approval_request_open(op, reason=policy.reason, context=context, now=now)
+            request = approval_request_open(op, reason=intent.reason, context=context, now=now)
             record(
                 op,
                 kind=EventKind.APPROVAL_REQUESTED,
@@ -566,7 +685,7 @@ def _register_full(
                     "terms": approval_opened_terms(op, request),
                 },
             )
-    if op.status == Status.AWAITING_APPROVAL or not policy.required:
+    if op.status == Status.AWAITING_APPROVAL or not required:
         # Covered by a standing grant, the operation went ready by a transition, which
         # wrote its webhooks.
         outbox_enqueue(op=op, event_type=f"operation.{op.status}", now=now)

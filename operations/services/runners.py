@@ -128,6 +128,7 @@ def token_authenticate(raw: str) -> tuple[Runner, RunnerToken] | None:
     operations/tokencache.py says why a revoked token is still refused at once.
     """
     key = _token_hash(raw)
+    tokencache.seen_forget()
     generation = tokencache.generation_read() if tokencache.enabled() else None
     token = None
     if generation is not None:

@@ -25,6 +25,7 @@ from ..models import (
     Tool,
     ToolVersion,
 )
+from . import policies
 from .core import (
     Actor,
     event_append,
@@ -164,12 +165,30 @@ def tool_register(*, name: str, body: Any, runner: Runner) -> ToolRegistration:
             return ToolRegistration(version=latest, created=False, changed=False)
         active = tool.active_version
         weakened = weakenings(active.contract, contract) if active is not None else []
-        holds = _activation_holds(tool=tool, active=active, contract=contract)
+        number = latest.number + 1 if latest else 1
+
+        def policy_holds(
+            *, tool: Tool, active: ToolVersion | None, contract: dict[str, Any]
+        ) -> list[str]:
+            # People's policies on Action::"activate" (docs/policies.md).
+            return policies.activation_holds(
+                policies.activation_facts(
+                    runner=runner,
+                    tool=tool,
+                    contract=contract,
+                    first_version=active is None,
+                    number=number,
+                )
+            )
+
+        holds = _activation_holds(
+            tool=tool, active=active, contract=contract, policies=(policy_holds,)
+        )
         reasons = weakened + holds
         now = timezone.now()
         version = ToolVersion.objects.create(
             tool=tool,
-            number=latest.number + 1 if latest else 1,
+            number=number,
             contract=contract,
             contract_hash=digest,
             weakens=reasons,

@@ -422,3 +422,28 @@ def test_what_the_previous_release_writes_during_an_upgrade_is_taken_up(api):
     call_command("lean_fill", stdout=out)
     assert Runner.objects.get(pk=api.runner.pk).webhook_events == ["operation.*"]
     assert "1 runners' webhook patterns" in out.getvalue()
+
+
+@pytest.mark.skipif(
+    not POSTGRES, reason="the counts are PostgreSQL's (one INSERT for rows of two tables)"
+)
+@pytest.mark.django_db(transaction=True)
+def test_policies_in_force_that_do_not_apply_cost_no_statement(redis_cache, frozen_throttle_clock):
+    """People's policies are remembered under the policy generation, read with the token
+    generation: 100 active policies, none matching, leave the 7 statements as they are."""
+    from operations.services import policies
+    from tests.operations.test_policies import steward
+
+    author, second = steward(), steward()
+    for number in range(100):
+        text = (
+            f'@id("p{number}")\n@approval("required")\n'
+            f'permit(principal, action == Action::"register", resource == Tool::"other{number}");'
+        )
+        services.policies.policy_write(user=author, text=text)
+        services.policies.policy_activate(user=second, policy_id=f"p{number}")
+    policies.forget()
+    register, outcome, _runner = _lifecycle_statements()
+    assert register == ["SELECT", "SELECT", "BEGIN", "INSERT", "WITH", "UPDATE", "COMMIT"]
+    assert outcome == ["SELECT", "BEGIN", "SELECT", "UPDATE", "INSERT", "UPDATE", "COMMIT"]
+    assert len(policies.in_force().active) == 100
