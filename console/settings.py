@@ -443,7 +443,7 @@ try:
 
     zoneinfo.ZoneInfo(POLICY_TIME_ZONE)
 except (zoneinfo.ZoneInfoNotFoundError, ValueError) as _exc:
-    raise ImproperlyConfigured(f"POLICY_TIME_ZONE: {POLICY_TIME_ZONE!r} is not a time zone") from _exc
+    raise ImproperlyConfigured(f"POLICY_TIME_ZONE: {POLICY_TIME_ZONE!r} is no time zone") from _exc
 
 # Reconciliation lookups go only to these hosts (names or CIDR ranges, comma-separated):
 # they are usually on the runner's private network, so nothing is allowed by default.

@@ -46,7 +46,7 @@ from .rows import approvals_known_none, db_datetime, insert_all, insert_unless_c
 from .standing import standing_cover_locked
 
 _USERS = get_user_model()._meta.db_table
-_USERNAME = getattr(get_user_model()._meta.get_field(get_user_model().USERNAME_FIELD), "column")
+_USERNAME = get_user_model()._meta.get_field(get_user_model().USERNAME_FIELD).column  # type: ignore[union-attr]
 
 # W3C Trace Context, matched in full (a "$" would admit a final newline).
 TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")

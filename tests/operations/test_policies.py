@@ -14,7 +14,7 @@ from operations.models import Event, Operation, Policy
 from operations.policies.errors import PolicyInvalid
 from operations.services import policies
 from tests.approvals.conftest import person
-from tests.conftest import contract, make_runner
+from tests.conftest import contract
 
 BIG_REFUNDS = """@id("big-refunds")
 @message("Refunds over 100.00 need finance")
@@ -64,11 +64,11 @@ def test_a_forbid_refuses_across_tools_and_runners_and_writes_only_its_event(api
         before = Operation.objects.count()
         body = client.register(run, tool, {"payment_id": "p", "amount_cents": 600000}, expect=403)
         assert body["code"] == "forbidden_by_policy"
-        assert body["policy"] == "no-huge" and body["policy_version"] == 1
+        assert (body["policy"], body["policy_version"]) == ("no-huge", 1)
         assert body["detail"] == "Nobody refunds more than 5000.00"
         assert Operation.objects.count() == before
         event = Event.objects.get(stream=run, kind=EventKind.REGISTRATION_FORBIDDEN)
-        assert event.data["policy"] == "no-huge" and event.data["tool"] == tool
+        assert (event.data["policy"], event.data["tool"]) == ("no-huge", tool)
         # The run counted no tool call.
         assert client.get(f"/api/v1/runs/{run}").json()["usage"]["tool_calls"] == 0
         # Below the bound the same tool runs as its contract says.
@@ -187,7 +187,7 @@ def test_activation_needs_a_second_person_and_every_change_is_an_event(db):
         EventKind.POLICY_RETIRED,
     ]
     activated = Event.objects.get(stream="policy:no-huge", seq=3)
-    assert activated.actor == "user:second" and activated.data["author"] == author.pk
+    assert (activated.actor, activated.data["author"]) == ("user:second", author.pk)
 
 
 def test_a_retired_policy_stops_refusing_at_the_next_registration(api):
@@ -202,10 +202,16 @@ def test_a_retired_policy_stops_refusing_at_the_next_registration(api):
 def test_cedar_validates_a_policy_against_the_active_contracts(api):
     api.tool("refund")
     author = steward()
-    wrong_name = 'permit(principal, action == Action::"register", resource == Tool::"refund") when { context.arguments.amount > 5 };'
+    wrong_name = (
+        'permit(principal, action == Action::"register", resource == Tool::"refund") '
+        "when { context.arguments.amount > 5 };"
+    )
     with pytest.raises(PolicyInvalid, match="amount"):
         services.policies.policy_write(user=author, text='@id("x")\n' + wrong_name)
-    wrong_type = '@id("x")\nforbid(principal, action == Action::"register", resource == Tool::"refund") when { context.arguments.amount_cents > "5" };'
+    wrong_type = (
+        '@id("x")\nforbid(principal, action == Action::"register", resource == Tool::"refund") '
+        'when { context.arguments.amount_cents > "5" };'
+    )
     with pytest.raises(PolicyInvalid, match="Long"):
         services.policies.policy_write(user=author, text=wrong_type)
     with pytest.raises(PolicyInvalid, match="@aproval"):
