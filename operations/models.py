@@ -670,3 +670,36 @@ class PolicyVersion(models.Model):
 
     def __str__(self) -> str:
         return f"{self.policy_id} v{self.number}"
+
+
+class PolicyWindowEntry(models.Model):
+    """One registration a policy with a ``@window`` matched (docs/policies.md, Limits over
+    time): counted, and its ``@sum_of`` amount summed, under its group's key.
+
+    Written in the registration's transaction, whatever the registration became: one
+    that a person was asked about, or that a person later rejected, still counts (a
+    runner cannot reset a limit by getting refused). ``key`` is ``<group_by>:<value>``,
+    a digest when longer than the column. The operation is referenced without a
+    database constraint: archiving an operation must not give its count back, and the
+    sweep deletes entries older than the longest window in force (``services.windows``).
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    policy_id = models.CharField(max_length=80)
+    key = models.CharField(max_length=200)
+    at = models.DateTimeField()
+    amount = models.DecimalField(max_digits=20, decimal_places=6, default=0)
+    operation = models.ForeignKey(
+        Operation, on_delete=models.DO_NOTHING, db_constraint=False, related_name="+"
+    )
+
+    class Meta:
+        indexes = [
+            # The window's one read: count and sum of one (policy, key) since a moment.
+            models.Index(fields=["policy_id", "key", "at"], name="policywindow_group_at"),
+            # The sweep's delete of entries past every window.
+            models.Index(fields=["at"], name="policywindow_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.policy_id} {self.key} {self.at:%Y-%m-%d %H:%M:%S}"
