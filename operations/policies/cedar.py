@@ -44,6 +44,7 @@ GROUP_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,150}")
 DURATION = re.compile(r"([1-9][0-9]{0,6})([smhd])")
 SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_TTL_S = 30 * 86400
+MAX_WINDOW_S = 366 * 86400
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 # Cedar's Long and decimal ranges: a value outside them is left out of the context
 # (and a policy reading it then cannot be evaluated: a person decides).
@@ -157,7 +158,7 @@ def _duration(value: str, name: str) -> int:
     seconds = int(match.group(1)) * SECONDS[match.group(2)]
     if seconds > MAX_TTL_S and name != "window":
         raise PolicyInvalid(f"@{name}: at most 30 days.")
-    if name == "window" and seconds > 366 * 86400:
+    if name == "window" and seconds > MAX_WINDOW_S:
         raise PolicyInvalid("@window: at most 366 days.")
     return seconds
 

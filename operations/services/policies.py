@@ -16,7 +16,7 @@ API route leads here.
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -390,6 +390,9 @@ def reason_of(hits: list[dict[str, Any]]) -> str:
             said += (
                 " (it could not be evaluated: an argument it reads is absent, so a person decides)"
             )
+        if hit.get("figure"):
+            # A limit over time: the window's figure, this registration included.
+            said += f" ({hit['figure']})"
         parts.append(f"Policy {hit['policy']} asks: {said}.")
     return " ".join(parts)
 
@@ -451,4 +454,9 @@ def judge_again(
         run=run,
         now=now,
     )
-    return policies.active.evaluate(facts), policies
+    verdict = policies.active.evaluate(facts)
+    # A limit over time counted the original when it was registered; the edited copy
+    # replaces it and waits for a person already: it is not counted again, and a
+    # window does not ask of it.
+    asks = tuple(hit for hit in verdict.asks if hit.policy.window is None or hit.missing)
+    return replace(verdict, asks=asks), policies

@@ -1,6 +1,7 @@
 """Registering an intended side effect as an operation (api.md, Operations)."""
 
 import copy
+import dataclasses
 import json
 import re
 from dataclasses import dataclass
@@ -27,7 +28,9 @@ from ..models import (
     Tool,
     ToolVersion,
 )
+from ..policies import cedar
 from ..policies.cedar import Requirement
+from ..policies.windows import Counted, counted
 from . import policies
 from .claims import claim_locked
 from .core import (
@@ -44,6 +47,7 @@ from .core import (
 from .policies import reason_of
 from .rows import approvals_known_none, db_datetime, insert_all, insert_unless_conflict
 from .standing import standing_cover_locked
+from .windows import window_entries_insert, windows_judge_locked
 
 _USERS = get_user_model()._meta.db_table
 _USERNAME = get_user_model()._meta.get_field(get_user_model().USERNAME_FIELD).column  # type: ignore[union-attr]
@@ -214,6 +218,9 @@ class _Intent:
     # strictest of those that asked, and which asked.
     requirement: Requirement | None = None
     policy_hits: tuple[dict[str, Any], ...] = ()
+    # The windows of limits over time this registration counts in, decided in the
+    # transaction (``_windows_decide``).
+    windowed: tuple[Counted, ...] = ()
 
     @property
     def approval_required(self) -> bool:
@@ -335,7 +342,7 @@ def _intent(
         runner_requested=bool(approval and approval.get("require")),
         runner_reason=(approval or {}).get("reason"),
     )
-    requirement, hits = _policies_judge(
+    requirement, hits, windowed = _policies_judge(
         runner=runner, run=run, tool=tool, owners=owners, version=version, frozen=frozen
     )
     return _Intent(
@@ -348,6 +355,7 @@ def _intent(
         previous=previous,
         requirement=requirement,
         policy_hits=hits,
+        windowed=windowed,
     )
 
 
@@ -359,13 +367,15 @@ def _policies_judge(
     owners: tuple[str, str],
     version: ToolVersion,
     frozen: Any,
-) -> tuple[Requirement | None, tuple[dict[str, Any], ...]]:
+) -> tuple[Requirement | None, tuple[dict[str, Any], ...], tuple[Counted, ...]]:
     """What people's policies in force say of this registration: raises
     ``ForbiddenByPolicy`` for a forbid; else the strictest requirement of those that
-    ask (None: none asks). No policy in force: nothing is computed."""
+    ask (None: none asks), which asked, and the windows of the policies with a
+    ``@window`` that matched: those ask only past their bound, decided in the
+    transaction (``_windows_decide``). No policy in force: nothing is computed."""
     in_force = policies.in_force()
     if not in_force:
-        return None, ()
+        return None, (), ()
     facts = policies.registration_facts(
         runner=runner,
         runner_owner=owners[0],
@@ -385,9 +395,58 @@ def _policies_judge(
             policy=hit.policy_id,
             policy_version=in_force.versions.get(hit.policy_id),
         )
-    if not verdict.asks:
-        return None, ()
-    return verdict.requirement, tuple(policies.hits_described(verdict, in_force.versions))
+    asks: list[cedar.Hit] = []
+    windowed: list[Counted] = []
+    for asked in verdict.asks:
+        if asked.policy.window is None or asked.missing:
+            asks.append(asked)
+            continue
+        entry = counted(
+            asked.policy,
+            version=in_force.versions.get(asked.policy.policy_id),
+            principal=run.principal,
+            tool=tool.name,
+            runner=runner.name,
+            arguments=frozen,
+        )
+        if entry is not None:
+            windowed.append(entry)
+        elif asked.policy.when_missing == "match":
+            # The value it groups by or sums is absent: it cannot count, a person decides.
+            asks.append(cedar.Hit(asked.policy, missing=True))
+    plain = cedar.Verdict(asks=tuple(asks))
+    return (
+        plain.requirement,
+        tuple(policies.hits_described(plain, in_force.versions)),
+        tuple(windowed),
+    )
+
+
+def _windows_decide(intent: _Intent, *, now: datetime) -> _Intent:
+    """The intent with the policies whose window this registration passes among those
+    that ask, their figures in the approver's words; the windows are locked until the
+    transaction ends (``services.windows``)."""
+    passed = windows_judge_locked(intent.windowed, now=now)
+    if not passed:
+        return intent
+    hits = [
+        {
+            "policy": entry.policy.policy_id,
+            "version": entry.version,
+            "message": entry.policy.message,
+            "missing": False,
+            "figure": figure,
+        }
+        for entry, figure in passed
+    ]
+    terms = [entry.policy.asks or Requirement() for entry, _ in passed]
+    return dataclasses.replace(
+        intent,
+        requirement=cedar.strictest(
+            [*terms, *([intent.requirement] if intent.requirement else [])]
+        ),
+        policy_hits=(*intent.policy_hits, *hits),
+    )
 
 
 def _existing(*, runner: Runner, operation_key: str) -> Operation | None:
@@ -432,7 +491,10 @@ def operation_register(
        ``operation_key`` answers the same operation when the intent is the same and
        ``intent_mismatch`` otherwise, before any budget is consulted), then take the
        run's budgets with one conditional UPDATE, last, so that registrations in one
-       run hold its row only for the end of their transactions.
+       run hold its row only for the end of their transactions. A registration that
+       policies with a ``@window`` matched first locks and reads those windows, to
+       know whether it passes a bound (then it waits for a person), and is counted in
+       them once written (``services.windows``).
 
     The common case (no approval, no retry link, no webhook subscriber for the
     operation's first states, no open breaker) is ``_register_lean``: the operation is
@@ -465,6 +527,9 @@ def operation_register(
     actor = Actor.of_runner(runner)
     with transaction.atomic(durable=True):
         now = timezone.now()
+        if intent.windowed:
+            # First in the transaction: the windows' locks are the first it takes.
+            intent = _windows_decide(intent, now=now)
         deadline_s = intent.version.contract["retry"]["deadline_s"]
         op = operation_build(
             runner=runner,
@@ -509,6 +574,8 @@ def operation_register(
                 arguments=arguments,
                 principal=run.principal,
             )
+        if intent.windowed:
+            window_entries_insert(registration.operation, intent.windowed, now=now)
         _run_count(run, turn=turn, now=now)
     return registration
 
