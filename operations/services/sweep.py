@@ -27,7 +27,9 @@ from .core import (
 from .decisions import approval_escalate_locked, request_expire_locked
 from .inbound import inbound_apply
 from .outcomes import lease_expire_locked
+from .policies import in_force
 from .standing import standing_grant_expire_due
+from .windows import window_entries_delete_expired
 
 logger = logging.getLogger(__name__)
 WAITING = (Status.READY, Status.AWAITING_APPROVAL)
@@ -162,6 +164,19 @@ def standing_grants_expire_due(*, now: datetime | None = None, limit: int = 500)
     return standing_grant_expire_due(now=now, limit=limit)
 
 
+@timed_sweep("policy_window_entries")
+def window_entries_expire_due(*, now: datetime | None = None, limit: int = 5000) -> int:
+    """Delete the entries of limits over time that no window in force counts any more
+    (docs/policies.md, Limits over time). A plain bounded delete: no transition, no
+    event; two sweepers delete disjoint or already deleted rows."""
+    policies = in_force()
+    return window_entries_delete_expired(
+        [*policies.active.policies, *policies.shadow.policies],
+        now=now or timezone.now(),
+        limit=limit,
+    )
+
+
 @dataclass(frozen=True)
 class SweepReport:
     leases_expired: int
@@ -170,6 +185,7 @@ class SweepReport:
     operations_past_deadline: int
     runs_expired: int
     standing_grants_expired: int
+    window_entries_deleted: int
 
 
 def sweep(*, now: datetime | None = None) -> SweepReport:
@@ -182,4 +198,5 @@ def sweep(*, now: datetime | None = None) -> SweepReport:
         operations_past_deadline=operation_deadline_due(now=now),
         runs_expired=run_expire_due(now=now),
         standing_grants_expired=standing_grants_expire_due(now=now),
+        window_entries_deleted=window_entries_expire_due(now=now),
     )

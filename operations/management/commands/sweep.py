@@ -27,7 +27,8 @@ class Command(BaseCommand):
                 f"approvals escalated: {report.approvals_escalated}, "
                 f"operations past deadline: {report.operations_past_deadline}, "
                 f"runs expired: {report.runs_expired}, "
-                f"standing grants expired: {report.standing_grants_expired}"
+                f"standing grants expired: {report.standing_grants_expired}, "
+                f"window entries deleted: {report.window_entries_deleted}"
             )
             if not options["loop"]:
                 return
