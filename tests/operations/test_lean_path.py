@@ -447,3 +447,32 @@ def test_policies_in_force_that_do_not_apply_cost_no_statement(redis_cache, froz
     assert register == ["SELECT", "SELECT", "BEGIN", "INSERT", "WITH", "UPDATE", "COMMIT"]
     assert outcome == ["SELECT", "BEGIN", "SELECT", "UPDATE", "INSERT", "UPDATE", "COMMIT"]
     assert len(policies.in_force().active) == 100
+
+
+@pytest.mark.skipif(
+    not POSTGRES, reason="the counts are PostgreSQL's (one INSERT for rows of two tables)"
+)
+@pytest.mark.django_db(transaction=True)
+def test_a_limit_over_time_below_its_bound_adds_its_lock_read_and_entry_only(
+    redis_cache, frozen_throttle_clock
+):
+    """Still the lean path (claimed inline, no approval): the advisory lock, the
+    window's read and the entry are the only statements added, and a windowed policy
+    that does not match adds none."""
+    from operations.services import policies
+    from tests.operations.test_policies import in_force
+
+    for tool in ("t", "other"):
+        in_force(
+            f'@id("window-{tool}")\n@approval("required")\n@window("1h")\n@max_count("100")\n'
+            f'permit(principal, action == Action::"register", resource == Tool::"{tool}");'
+        )
+    policies.forget()
+    register, _outcome, _runner = _lifecycle_statements()
+    assert register == [
+        *("SELECT", "SELECT", "BEGIN"),
+        *("SELECT", "SELECT"),  # pg_advisory_xact_lock, the window's count and sum
+        *("INSERT", "WITH"),
+        "INSERT",  # the window's entry
+        *("UPDATE", "COMMIT"),
+    ]
