@@ -33,7 +33,11 @@ class Migration(migrations.Migration):
             ],
             options={
                 "indexes": [
-                    models.Index(fields=["policy_id", "key", "at"], name="policywindow_group_at"),
+                    models.Index(
+                        fields=["policy_id", "key", "at"],
+                        include=["amount"],
+                        name="policywindow_group_at",
+                    ),
                     models.Index(fields=["at"], name="policywindow_at"),
                 ],
             },
