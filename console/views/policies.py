@@ -16,9 +16,11 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals.errors import Refusal
+from approvals.people import Person
 from operations import access, selectors
 from operations.models import Policy, PolicyVersion
 from operations.policies import cedar
@@ -68,7 +70,7 @@ def diff_lines(old: str, new: str) -> list[tuple[str, str]]:
     return [(kinds.get(line[:1], "same"), line) for line in list(lines)[2:]]
 
 
-def _actions(user: Any, policy: Policy, newest: PolicyVersion | None) -> dict[str, Any]:
+def _actions(user: Person, policy: Policy, newest: PolicyVersion | None) -> dict[str, Any]:
     """Which buttons the page shows, each exactly when its service would act."""
     if newest is None:
         return {}
@@ -221,6 +223,7 @@ def policy_validate(request: AuthenticatedHtmxRequest) -> HttpResponse:
 def policy_save(request: AuthenticatedHttpRequest) -> HttpResponse:
     text = request.POST.get("text", "")[: MAX_TEXT + 1]
     shadow = request.POST.get("mode") == "shadow"
+    started = timezone.now()
     try:
         version = services.policy_write(user=request.user, text=text, shadow=shadow)
     except PolicyInvalid as refusal:
@@ -231,6 +234,10 @@ def policy_save(request: AuthenticatedHttpRequest) -> HttpResponse:
     except Refusal as refusal:
         messages.error(request, f"Not saved. {refusal.detail}")
         return _editor(request, text, status=403)
-    state = "in shadow" if shadow else "a draft"
-    messages.success(request, f"Saved version {version.number} of {version.policy_id}, {state}.")
+    state = "in shadow" if version.policy.state == Policy.State.SHADOW else version.policy.state
+    if version.written_at < started:
+        said = f"Unchanged: version {version.number} of {version.policy_id} has this text"
+    else:
+        said = f"Saved version {version.number} of {version.policy_id}"
+    messages.success(request, f"{said} ({state}).")
     return redirect("console:policy", policy_id=version.policy_id)

@@ -186,7 +186,12 @@ def test_the_editor_saves_a_draft_or_a_shadow_and_refuses_a_wrong_text(ann, api)
     assert response.status_code == 302
     assert response["Location"] == reverse("console:policy", args=["no-huge"])
     assert Policy.objects.get().state == "draft"
-    client.post(reverse("console:policy-save"), {"text": NO_HUGE_V2, "mode": "shadow"})
+    response = client.post(reverse("console:policy-save"), {"text": NO_HUGE}, follow=True)
+    assert "Unchanged: version 1 of no-huge has this text (draft)." in response.content.decode()
+    response = client.post(
+        reverse("console:policy-save"), {"text": NO_HUGE_V2, "mode": "shadow"}, follow=True
+    )
+    assert "Saved version 2 of no-huge (in shadow)." in response.content.decode()
     policy = Policy.objects.get()
     assert (policy.state, policy.shadow_version.number) == ("shadow", 2)
 
