@@ -53,6 +53,13 @@ from .people import (
     tools_decidable_by,
     tools_visible_to_user,
 )
+from .policies import (
+    policies_for_user,
+    policy_events,
+    policy_get_for_user,
+    policy_rows,
+    policy_versions,
+)
 from .runner import (
     approval_get_for_runner,
     events_for_operation,
@@ -99,6 +106,11 @@ __all__ = [
     "operations_visible_to",
     "outbox_message_get_for_user",
     "pending_proposals",
+    "policies_for_user",
+    "policy_events",
+    "policy_get_for_user",
+    "policy_rows",
+    "policy_versions",
     "reconciliation_counts",
     "reconciliation_queue",
     "requests_pending_for_user",
