@@ -5,6 +5,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -28,7 +29,7 @@ from ..models import (
     ToolVersion,
 )
 from ..policies.cedar import Requirement
-from . import policies
+from . import policies, shadow
 from .claims import claim_locked
 from .core import (
     GENESIS_HASH,
@@ -43,6 +44,7 @@ from .core import (
 )
 from .policies import reason_of
 from .rows import approvals_known_none, db_datetime, insert_all, insert_unless_conflict
+from .shadow import Observation
 from .standing import standing_cover_locked
 
 _USERS = get_user_model()._meta.db_table
@@ -214,6 +216,8 @@ class _Intent:
     # strictest of those that asked, and which asked.
     requirement: Requirement | None = None
     policy_hits: tuple[dict[str, Any], ...] = ()
+    # What the policies in shadow would have done, recorded once the operation is.
+    shadow: Observation | None = None
 
     @property
     def approval_required(self) -> bool:
@@ -335,8 +339,14 @@ def _intent(
         runner_requested=bool(approval and approval.get("require")),
         runner_reason=(approval or {}).get("reason"),
     )
-    requirement, hits = _policies_judge(
-        runner=runner, run=run, tool=tool, owners=owners, version=version, frozen=frozen
+    requirement, hits, observed = _policies_judge(
+        runner=runner,
+        run=run,
+        tool=tool,
+        owners=owners,
+        version=version,
+        frozen=frozen,
+        contract_asks=policy.required,
     )
     return _Intent(
         run=run,
@@ -348,6 +358,7 @@ def _intent(
         previous=previous,
         requirement=requirement,
         policy_hits=hits,
+        shadow=observed,
     )
 
 
@@ -359,13 +370,15 @@ def _policies_judge(
     owners: tuple[str, str],
     version: ToolVersion,
     frozen: Any,
-) -> tuple[Requirement | None, tuple[dict[str, Any], ...]]:
+    contract_asks: bool,
+) -> tuple[Requirement | None, tuple[dict[str, Any], ...], Observation | None]:
     """What people's policies in force say of this registration: raises
     ``ForbiddenByPolicy`` for a forbid; else the strictest requirement of those that
-    ask (None: none asks). No policy in force: nothing is computed."""
+    ask (None: none asks), and what the shadow policies would have done. No policy in
+    force nor in shadow: nothing is computed."""
     in_force = policies.in_force()
     if not in_force:
-        return None, ()
+        return None, (), None
     facts = policies.registration_facts(
         runner=runner,
         runner_owner=owners[0],
@@ -377,8 +390,11 @@ def _policies_judge(
         now=timezone.now(),
     )
     verdict = policies.registration_verdict(in_force, facts)
-    policies.shadow_observe(in_force, facts, verdict)
+    observed = shadow.shadow_observe(in_force, facts, verdict, contract_asks=contract_asks)
     if verdict.forbidden is not None:
+        if observed is not None:
+            # Refused: no transaction follows; recorded now, without an operation id.
+            shadow.shadow_record_safely(observed)
         hit = verdict.forbidden.policy
         raise errors.ForbiddenByPolicy(
             hit.message or f"Policy {hit.policy_id} forbids this operation.",
@@ -386,8 +402,12 @@ def _policies_judge(
             policy_version=in_force.versions.get(hit.policy_id),
         )
     if not verdict.asks:
-        return None, ()
-    return verdict.requirement, tuple(policies.hits_described(verdict, in_force.versions))
+        return None, (), observed
+    return (
+        verdict.requirement,
+        tuple(policies.hits_described(verdict, in_force.versions)),
+        observed,
+    )
 
 
 def _existing(*, runner: Runner, operation_key: str) -> Operation | None:
@@ -510,6 +530,16 @@ def operation_register(
                 principal=run.principal,
             )
         _run_count(run, turn=turn, now=now)
+        if intent.shadow is not None:
+            # After the commit, outside it (services/shadow.py says why).
+            transaction.on_commit(
+                partial(
+                    shadow.shadow_record,
+                    intent.shadow,
+                    operation_id=registration.operation.id,
+                ),
+                robust=True,
+            )
     return registration
 
 
