@@ -172,3 +172,24 @@ def test_the_summary_counts_each_effect_and_shows_the_newest_examples(
     assert len(summary["examples"]) == 3
     forbids = selectors.policies.shadow_summary(user=reader, policy_id="no-huge")
     assert (forbids["counts"]["forbid"], forbids["versions"]) == (2, [1])
+
+
+def test_the_policy_page_fragment_says_what_it_would_have_done(
+    api, django_capture_on_commit_callbacks
+):
+    from django.template.loader import render_to_string
+
+    api.tool("refund")
+    watched(BIG_REFUNDS)
+    run = api.run()
+    body = register(
+        api, run, {"payment_id": "p", "amount_cents": 20000}, django_capture_on_commit_callbacks
+    )
+    summary = shadow_summary(user=steward(), policy_id="big-refunds")
+    html = render_to_string("console/policies/_shadow.html", {"shadow": summary})
+    assert "would have asked 1 approval\n    and forbidden 0" in html
+    assert f"/operations/{body['id']}/" in html
+    empty = shadow_summary(user=steward(), policy_id="no-huge")
+    assert "Nothing watched in shadow" in render_to_string(
+        "console/policies/_shadow.html", {"shadow": empty}
+    )
