@@ -9,9 +9,10 @@ ledger) and hands in the policy sets. Each operation is judged twice, before and
   version), plus the candidate, and what the candidate contract decides when one is
   simulated.
 
-The policies in force are evaluated once per operation and the candidate once; the
-"after" verdict is put together from both (each policy's match does not depend on the
-others).
+The policies in force and the candidate are evaluated together, in one Cedar call per
+operation (a second only when a forbid matched: ``PolicySet.evaluate_each``); the hits
+are then split between them, and the "after" verdict is put together from both (each
+policy's match does not depend on the others).
 """
 
 from collections.abc import Iterable
@@ -80,6 +81,27 @@ def _without(verdict: Verdict, replaced: frozenset[str]) -> Verdict:
     )
 
 
+def _split(verdict: Verdict, theirs: set[int]) -> tuple[Verdict, Verdict]:
+    """``verdict`` as two: the hits of the policies not in ``theirs`` (by identity),
+    and those of ``theirs``."""
+
+    def part(hits: tuple[Hit, ...], mine: bool) -> tuple[Hit, ...]:
+        return tuple(hit for hit in hits if (id(hit.policy) in theirs) != mine)
+
+    halves = []
+    for mine in (True, False):
+        forbids = part(verdict.forbids, mine)
+        halves.append(
+            Verdict(
+                forbidden=forbids[0] if forbids else None,
+                asks=part(verdict.asks, mine),
+                permits=part(verdict.permits, mine),
+                forbids=forbids,
+            )
+        )
+    return halves[0], halves[1]
+
+
 def _with(base: Verdict, added: Verdict) -> Verdict:
     if added is NOTHING:
         return base
@@ -117,10 +139,19 @@ def simulate(
     longer forbidden, keeping the first ``examples`` of each (operation id, tool, when,
     before and after, which policies)."""
     result = Simulation()
+    candidates = list(candidate.policies) if candidate is not None else []
+    both = PolicySet([*current.policies, *candidates])
+    theirs = {id(policy) for policy in candidates}
     for past in history:
         result.operations += 1
-        before = current.evaluate_each(past.facts) if len(current) else NOTHING
-        added = candidate.evaluate_each(past.facts) if candidate is not None else NOTHING
+        before, added = (
+            _split(both.evaluate_each(past.facts), theirs)
+            if len(both)
+            else (
+                NOTHING,
+                NOTHING,
+            )
+        )
         after = _with(_without(before, replaces), added)
         was = outcome_of(before, contract_asks=past.contract_asks)
         asks_after = past.contract_asks if past.candidate_asks is None else past.candidate_asks
