@@ -8,6 +8,7 @@ from .views import (
     inbound,
     inbox,
     operations,
+    policies,
     reconciliation,
     runners,
     runs,
@@ -113,4 +114,16 @@ urlpatterns += [
         standing.standing_grant_revoke,
         name="standing-grant-revoke",
     ),
+]
+
+# People's policies in Cedar (issue 25): only for people who manage policies.
+urlpatterns += [
+    path("policies/", policies.policies_list, name="policies"),
+    path("policies/editor", policies.policy_editor, name="policy-editor"),
+    path("policies/validate", policies.policy_validate, name="policy-validate"),
+    path("policies/save", policies.policy_save, name="policy-save"),
+    path("policies/<str:policy_id>/", policies.policy_detail, name="policy"),
+    path("policies/<str:policy_id>/shadow", policies.policy_shadow, name="policy-shadow"),
+    path("policies/<str:policy_id>/activate", policies.policy_activate, name="policy-activate"),
+    path("policies/<str:policy_id>/retire", policies.policy_retire, name="policy-retire"),
 ]

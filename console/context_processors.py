@@ -4,7 +4,7 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from operations import selectors
+from operations import access, selectors
 
 # A detail page highlights the list it belongs to in the navigation (nav_link's
 # nav_section); a view's own context still wins.
@@ -14,6 +14,7 @@ SECTIONS = {
     "console:run": "console:runs",
     "console:tool": "console:tools",
     "console:approval": "console:inbox",
+    "console:policy": "console:policies",
 }
 
 
@@ -29,6 +30,8 @@ def search(request: HttpRequest) -> dict[str, Any]:
     # htmx polls ask for fragments, which show no navigation.
     if user.pk is not None and not request.headers.get("HX-Request"):
         context["nav_counts"] = selectors.nav_counts(user=user)
+        # The Policies link, for those who may read them (the pages answer 403 otherwise).
+        context["may_manage_policies"] = access.may_manage_policies(user)
     match = getattr(request, "resolver_match", None)
     section = SECTIONS.get(match.view_name) if match is not None else None
     if section:

@@ -29,7 +29,7 @@ from approvals.models import ApprovalRequest, StandingGrant
 from approvals.people import Person
 
 from .machine import EffectClass
-from .models import Operation, PolicyVersion, Run, Runner, Tool, ToolVersion
+from .models import Operation, Policy, PolicyVersion, Run, Runner, Tool, ToolVersion
 
 # Permission names (codenames declared in operations.models.Tool.Meta and the built-in
 # model permissions of Run and Runner).
@@ -374,6 +374,26 @@ def policy_activate_refusal(user: Person, version: PolicyVersion) -> str | None:
             f"You wrote version {version.number} of {version.policy_id}; another person "
             "who manages policies must activate it."
         )
+    return None
+
+
+def policy_shadow_refusal(user: Person, policy: Policy, version: PolicyVersion) -> str | None:
+    """Why ``user`` may not watch ``version`` in shadow, or None: one person may (nothing
+    is enforced), but not a version already in force."""
+    if not may_manage_policies(user):
+        return "You may not manage policies."
+    if policy.active_version_id == version.pk:
+        return f"Version {version.number} of {policy.pk} is already in force."
+    return None
+
+
+def policy_retire_refusal(user: Person, policy: Policy) -> str | None:
+    """Why ``user`` may not retire ``policy``, or None: one person may (docs/policies.md),
+    unless it is retired already."""
+    if not may_manage_policies(user):
+        return "You may not manage policies."
+    if policy.state == Policy.State.RETIRED:
+        return f"Policy {policy.pk} is retired already."
     return None
 
 

@@ -53,6 +53,14 @@ from .people import (
     tools_decidable_by,
     tools_visible_to_user,
 )
+from .policies import (
+    policies_for_user,
+    policy_events,
+    policy_get_for_user,
+    policy_rows,
+    policy_versions,
+    shadow_summary,
+)
 from .runner import (
     approval_get_for_runner,
     events_for_operation,
@@ -99,6 +107,11 @@ __all__ = [
     "operations_visible_to",
     "outbox_message_get_for_user",
     "pending_proposals",
+    "policies_for_user",
+    "policy_events",
+    "policy_get_for_user",
+    "policy_rows",
+    "policy_versions",
     "reconciliation_counts",
     "reconciliation_queue",
     "requests_pending_for_user",
@@ -113,6 +126,7 @@ __all__ = [
     "runners_for_user",
     "runs_for_user",
     "saved_views_for",
+    "shadow_summary",
     "standing_grant_events",
     "standing_grant_get_for_user",
     "standing_grant_uses",

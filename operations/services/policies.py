@@ -155,8 +155,9 @@ def policy_write(*, user: Person, text: str, shadow: bool = False) -> PolicyVers
 
 
 def _shadow_locked(policy: Policy, version: PolicyVersion, *, user: Person, now: datetime) -> None:
-    if policy.active_version_id == version.pk:
-        raise PolicyInvalid(f"Version {version.number} of {policy.pk} is already in force.")
+    refusal = access.policy_shadow_refusal(user, policy, version)
+    if refusal is not None:
+        raise PolicyInvalid(refusal)
     if policy.shadow_version_id == version.pk:
         return
     policy.shadow_version = version

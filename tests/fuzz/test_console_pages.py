@@ -102,6 +102,10 @@ def _real_values(known: Known, superuser) -> dict[str, list[str]]:
         ),
         user=superuser,
     )
+    policy = services.policies.policy_write(
+        user=superuser,
+        text='@id("fuzz-forbid")\nforbid(principal, action == Action::"register", resource);',
+    )
 
     def ids(model, field: str = "pk") -> list[str]:
         return [str(value) for value in model.objects.values_list(field, flat=True)[:3]]
@@ -117,6 +121,7 @@ def _real_values(known: Known, superuser) -> dict[str, list[str]]:
         "resolution_id": ids(Resolution),
         "view_id": [str(view.pk)],
         "grant_id": [grant.id],
+        "policy_id": [policy.policy_id],
         "number": ["1", "2"],
         "fmt": ["csv", "jsonl"],
     }

@@ -186,10 +186,14 @@ def test_the_policy_page_fragment_says_what_it_would_have_done(
         api, run, {"payment_id": "p", "amount_cents": 20000}, django_capture_on_commit_callbacks
     )
     summary = shadow_summary(user=steward(), policy_id="big-refunds")
-    html = render_to_string("console/policies/_shadow.html", {"shadow": summary})
+    html = render_to_string("console/policies/_shadow.html", {"shadow_figures": summary})
     assert "would have asked 1 approval\n    and forbidden 0" in html
     assert f"/operations/{body['id']}/" in html
     empty = shadow_summary(user=steward(), policy_id="no-huge")
+    assert "In shadow" not in render_to_string(
+        "console/policies/_shadow.html", {"shadow_figures": empty}
+    )
     assert "Nothing watched in shadow" in render_to_string(
-        "console/policies/_shadow.html", {"shadow": empty}
+        "console/policies/_shadow.html",
+        {"shadow_figures": empty, "policy": {"shadow_version_id": 3}},
     )
