@@ -14,10 +14,19 @@ import time
 _ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 
 
-def new_id(prefix: str) -> str:
-    value = (time.time_ns() // 1_000_000) << 80 | secrets.randbits(80)
+def _encode(prefix: str, value: int) -> str:
     chars = []
     for _ in range(26):
         chars.append(_ALPHABET[value & 31])
         value >>= 5
     return f"{prefix}_{''.join(reversed(chars))}"
+
+
+def new_id(prefix: str) -> str:
+    return _encode(prefix, (time.time_ns() // 1_000_000) << 80 | secrets.randbits(80))
+
+
+def id_floor(prefix: str, at_ms: int) -> str:
+    """The smallest identifier ``new_id(prefix)`` can mint at millisecond ``at_ms``
+    and after: ``id >= id_floor(...)`` reads a time window through the primary key."""
+    return _encode(prefix, at_ms << 80)

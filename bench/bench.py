@@ -21,6 +21,10 @@ c. Intent hashing (``operations.canonical.intent_hash``) per call, small and lar
 d. The inbox and reconciliation pages and the sweeps at each ledger size: time, query
    count, and sequential scans of big tables in their plans (``bench.scale``).
 
+f, g. People's policies: a simulation of 100,000 operations for a Cedar policy and for a
+   contract version, and the CPU a registration costs with 100 active policies against
+   none (``bench.policies``).
+
 ``--only lifecycle`` runs a and e alone (about a minute); ``--only`` repeats. PostgreSQL
 only (the raw-psycopg paths need it): a fresh database (``--database``, default
 ``effectgate_bench``) on the server of ``DATABASE_URL``, or on
@@ -49,13 +53,14 @@ from effectgate_client import EffectgateClient
 
 from . import lifecycle as lifecycle_part
 from . import parallel as parallel_part
+from . import policies as policies_part
 from .stack import VAR, Stack, fresh_database, is_postgres
 from .timing import latency_ms
 
 DEFAULT_SERVER = "postgres://postgres@127.0.0.1:5432/postgres"
 TOOL = "bench_refund"
 HOT_TOOL = "bench_hot_resource"
-PARTS = ("lifecycle", "contention", "hashing", "scale")
+PARTS = ("lifecycle", "contention", "hashing", "policies", "scale")
 LOOKUP_TOOL = "bench_lookup"
 SCHEMA = {
     "type": "object",
@@ -196,6 +201,12 @@ def hashing() -> dict[str, Any]:
     return figures
 
 
+def _runner_of(token: str) -> Any:
+    from operations.models import RunnerToken
+
+    return RunnerToken.objects.get(token_hash=hashlib.sha256(token.encode()).hexdigest()).runner
+
+
 # --- d. pages and sweeps at scale -----------------------------------------------------------------
 
 
@@ -208,7 +219,7 @@ def scale(sizes: list[int], token: str) -> list[dict[str, Any]]:
 
     from operations import services
     from operations.dispatch import probes
-    from operations.models import RunnerToken, Tool
+    from operations.models import Tool
 
     from .scale import CommittedLookup, Ledger
 
@@ -220,7 +231,7 @@ def scale(sizes: list[int], token: str) -> list[dict[str, Any]]:
             "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
         }
     ).enable()
-    runner = RunnerToken.objects.get(token_hash=hashlib.sha256(token.encode()).hexdigest()).runner
+    runner = _runner_of(token)
     lookup = CommittedLookup()
     services.tool_register(
         name=LOOKUP_TOOL,
@@ -315,6 +326,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         default=os.environ.get("SIZES") or "10000,1000000",
         help="ledger sizes for the pages and sweeps, comma-separated",
     )
+    parser.add_argument(
+        "--policy-operations", type=int, default=100_000, help="operations to simulate over"
+    )
+    parser.add_argument(
+        "--policy-registrations", type=int, default=1000, help="per case, for the CPU cost"
+    )
     parser.add_argument("--gunicorn-workers", type=int, default=2)
     parser.add_argument("--gunicorn-threads", type=int, default=4)
     parser.add_argument(
@@ -403,6 +420,15 @@ def main(argv: list[str] | None = None) -> int:
     if "hashing" in parts:
         print("(c) intent hashing", file=sys.stderr)
         report["intent_hash"] = hashing()
+    if "policies" in parts:
+        # Before the scale part: its seed would fall in the simulated window.
+        print("(f, g) policies: simulation and CPU per registration", file=sys.stderr)
+        report["policies"] = policies_part.policies(
+            runner=_runner_of(token),
+            contract=_contract(),
+            operations=args.policy_operations,
+            registrations=args.policy_registrations,
+        )
     if "scale" in parts:
         report["scale"] = scale(sizes, token)
 
@@ -458,6 +484,8 @@ def summary(report: dict[str, Any]) -> str:
                 for name, f in report["intent_hash"].items()
             )
         )
+    if "policies" in report:
+        lines += policies_part.table(report["policies"])
     if "scale" in report:
         lines.append(
             "(d) pages and sweeps by ledger size: median ms (database ms, best run) / queries"

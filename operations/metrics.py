@@ -34,6 +34,12 @@ PROBE_FAILURES = Counter(
     "Reconciliation lookups that got no answer Effectgate could use, by tool.",
     ["tool"],
 )
+POLICY_SHADOW = Counter(
+    "effectgate_policy_shadow",
+    "What policies watched in shadow would have done to live registrations, by policy "
+    "and would-have (forbid, require, permit; none: no longer forbid or ask).",
+    ["policy", "would"],
+)
 
 
 @contextmanager

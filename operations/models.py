@@ -672,6 +672,42 @@ class PolicyVersion(models.Model):
         return f"{self.policy_id} v{self.number}"
 
 
+class PolicyShadowTally(models.Model):
+    """What a policy version watched in shadow would have done, per hour: how many
+    registrations it would have forbidden, asked a person for, permitted, or (``none``)
+    no longer asked for where its active version did; how many of those diverged from
+    the policies in force; the last few examples (operation id and tool only).
+
+    A counter, not a ledger row: ``services.shadow`` adds to it with one upsert per
+    registration after the registration committed; the divergences it counts past the
+    hour's cap of events are known only here.
+    """
+
+    class Would(models.TextChoices):
+        FORBID = "forbid"
+        REQUIRE = "require"
+        PERMIT = "permit"
+        NONE = "none"
+
+    policy = models.ForeignKey(Policy, on_delete=models.CASCADE, related_name="+")
+    version = models.PositiveIntegerField()
+    hour = models.DateTimeField()
+    would = models.CharField(max_length=10, choices=Would.choices)
+    count = models.PositiveIntegerField(default=0)
+    diverged = models.PositiveIntegerField(default=0)
+    examples = models.JSONField(default=list)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["policy", "version", "hour", "would"], name="policyshadow_unique_bucket"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.policy_id} v{self.version} {self.hour:%Y-%m-%d %H}h {self.would}"
+
+
 class PolicyWindowEntry(models.Model):
     """One registration a policy with a ``@window`` matched (docs/policies.md, Limits over
     time): counted, and its ``@sum_of`` amount summed, under its group's key.

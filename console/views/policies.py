@@ -102,12 +102,27 @@ def policy_detail(request: AuthenticatedHttpRequest, policy_id: str) -> HttpResp
         "events": selectors.policy_events(policy),
         # Filled by the shadow figures and the simulation (console/policies/_shadow.html,
         # _simulate_link.html): each renders nothing while its data is missing.
-        "shadow_figures": None,
+        "shadow_figures": selectors.shadow_summary(user=request.user, policy_id=policy.pk),
         "simulate_url": None,
+        # A policy that asks for people: approve a bounded family up front instead
+        # (a standing grant for each tool it names, or one to choose).
+        "standing_tools": _standing_tools(newest),
         "nav_section": "console:policies",
         **_actions(request.user, policy, newest),
     }
     return render(request, TEMPLATE, context)
+
+
+def _standing_tools(version: Any) -> list[str] | None:
+    """The tools a standing grant could be issued for from this policy's page: those
+    its resource names ([] for any tool); None when it asks for nobody."""
+    if version is None or version.kind != "require":
+        return None
+    try:
+        parsed = cedar.parse(version.text)
+    except Refusal:
+        return None
+    return sorted(parsed.tools) if parsed.tools is not None else []
 
 
 def _number(request: AuthenticatedHttpRequest) -> int | None:

@@ -559,6 +559,9 @@ class Verdict:
     forbidden: Hit | None = None
     asks: tuple[Hit, ...] = ()
     permits: tuple[Hit, ...] = ()
+    # Every forbid that matched, ``forbidden`` first: what each policy did, for the
+    # shadow mode and the simulation (``forbidden`` alone decides the registration).
+    forbids: tuple[Hit, ...] = ()
 
     @property
     def requirement(self) -> Requirement | None:
@@ -577,6 +580,7 @@ class PolicySet:
 
     policies: Sequence[Policy]
     _compiled: Any = field(default=None, repr=False)
+    _permits: "PolicySet | None" = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if self.policies:
@@ -585,6 +589,26 @@ class PolicySet:
 
     def __len__(self) -> int:
         return len(self.policies)
+
+    def evaluate_each(self, facts: Facts) -> Verdict:
+        """``evaluate``, and also every permit that matched when a forbid did: Cedar
+        names only the forbids behind a denial, which decides a registration but not
+        what each policy would do (the shadow mode, the simulation). Costs a second
+        evaluation, of the permits alone, only when a forbid matched."""
+        verdict = self.evaluate(facts)
+        if not verdict.forbids or all(p.effect == "forbid" for p in self.policies):
+            return verdict
+        if self._permits is None:
+            self._permits = PolicySet([p for p in self.policies if p.effect != "forbid"])
+        rest = self._permits.evaluate(facts)
+        return Verdict(
+            forbidden=verdict.forbidden,
+            # On a denial Cedar still names the policies it could not evaluate: keep
+            # the forbids among them, the permits come again from ``rest``.
+            asks=tuple(hit for hit in verdict.asks if hit.policy.effect == "forbid") + rest.asks,
+            permits=rest.permits,
+            forbids=verdict.forbids,
+        )
 
     def evaluate(self, facts: Facts) -> Verdict:
         relevant = [
@@ -597,7 +621,7 @@ class PolicySet:
         result = cedarpy.is_authorized(_request(facts), self._compiled, _entities(facts))
         matched = {_index(reason) for reason in result.diagnostics.reasons}
         failed = {_index(error) for error in result.diagnostics.errors}
-        forbidden = None
+        forbids: list[Hit] = []
         asks: list[Hit] = []
         permits: list[Hit] = []
         for i in relevant:
@@ -609,13 +633,18 @@ class PolicySet:
             else:
                 continue
             if policy.kind == Kind.FORBID and not hit.missing:
-                forbidden = forbidden or hit
+                forbids.append(hit)
             elif policy.kind == Kind.PERMIT:
                 permits.append(hit)
             else:
                 # A policy asking a person, or a forbid that could not tell: a person decides.
                 asks.append(hit)
-        return Verdict(forbidden=forbidden, asks=tuple(asks), permits=tuple(permits))
+        return Verdict(
+            forbidden=forbids[0] if forbids else None,
+            asks=tuple(asks),
+            permits=tuple(permits),
+            forbids=tuple(forbids),
+        )
 
 
 def _index(diagnostic: str) -> int:

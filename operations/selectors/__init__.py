@@ -59,6 +59,7 @@ from .policies import (
     policy_get_for_user,
     policy_rows,
     policy_versions,
+    shadow_summary,
 )
 from .runner import (
     approval_get_for_runner,
@@ -125,6 +126,7 @@ __all__ = [
     "runners_for_user",
     "runs_for_user",
     "saved_views_for",
+    "shadow_summary",
     "standing_grant_events",
     "standing_grant_get_for_user",
     "standing_grant_uses",

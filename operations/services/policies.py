@@ -429,12 +429,6 @@ def activation_holds(facts: cedar.Facts) -> list[str]:
     ]
 
 
-def shadow_observe(policies: InForce, facts: cedar.Facts, verdict: cedar.Verdict) -> None:
-    """Evaluate the shadow policies on a live registration and record what they would
-    have done (filled in by the shadow mode)."""
-    return None
-
-
 def judge_again(
     *, runner: Runner, run: Run, tool: Tool, contract: dict[str, Any], frozen: Any, now: datetime
 ) -> tuple[cedar.Verdict, "InForce"]:

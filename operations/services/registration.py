@@ -6,6 +6,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -31,7 +32,7 @@ from ..models import (
 from ..policies import cedar
 from ..policies.cedar import Requirement
 from ..policies.windows import Counted, counted
-from . import policies
+from . import policies, shadow
 from .claims import claim_locked
 from .core import (
     GENESIS_HASH,
@@ -46,6 +47,7 @@ from .core import (
 )
 from .policies import reason_of
 from .rows import approvals_known_none, db_datetime, insert_all, insert_unless_conflict
+from .shadow import Observation
 from .standing import standing_cover_locked
 from .windows import window_entries_insert, windows_judge_locked
 
@@ -221,6 +223,8 @@ class _Intent:
     # The windows of limits over time this registration counts in, decided in the
     # transaction (``_windows_decide``).
     windowed: tuple[Counted, ...] = ()
+    # What the policies in shadow would have done, recorded once the operation is.
+    shadow: Observation | None = None
 
     @property
     def approval_required(self) -> bool:
@@ -342,8 +346,14 @@ def _intent(
         runner_requested=bool(approval and approval.get("require")),
         runner_reason=(approval or {}).get("reason"),
     )
-    requirement, hits, windowed = _policies_judge(
-        runner=runner, run=run, tool=tool, owners=owners, version=version, frozen=frozen
+    requirement, hits, windowed, observed = _policies_judge(
+        runner=runner,
+        run=run,
+        tool=tool,
+        owners=owners,
+        version=version,
+        frozen=frozen,
+        contract_asks=policy.required,
     )
     return _Intent(
         run=run,
@@ -356,7 +366,15 @@ def _intent(
         requirement=requirement,
         policy_hits=hits,
         windowed=windowed,
+        shadow=observed,
     )
+
+
+# What ``_policies_judge`` answers: the requirement, the hits that asked, the windows,
+# the shadow observation.
+_Judged = tuple[
+    Requirement | None, tuple[dict[str, Any], ...], tuple[Counted, ...], Observation | None
+]
 
 
 def _policies_judge(
@@ -367,15 +385,17 @@ def _policies_judge(
     owners: tuple[str, str],
     version: ToolVersion,
     frozen: Any,
-) -> tuple[Requirement | None, tuple[dict[str, Any], ...], tuple[Counted, ...]]:
+    contract_asks: bool,
+) -> _Judged:
     """What people's policies in force say of this registration: raises
     ``ForbiddenByPolicy`` for a forbid; else the strictest requirement of those that
-    ask (None: none asks), which asked, and the windows of the policies with a
-    ``@window`` that matched: those ask only past their bound, decided in the
-    transaction (``_windows_decide``). No policy in force: nothing is computed."""
+    ask (None: none asks), which asked, the windows of the policies with a ``@window``
+    that matched (those ask only past their bound, decided in the transaction:
+    ``_windows_decide``), and what the shadow policies would have done. No policy in
+    force nor in shadow: nothing is computed."""
     in_force = policies.in_force()
     if not in_force:
-        return None, (), ()
+        return None, (), (), None
     facts = policies.registration_facts(
         runner=runner,
         runner_owner=owners[0],
@@ -387,8 +407,11 @@ def _policies_judge(
         now=timezone.now(),
     )
     verdict = policies.registration_verdict(in_force, facts)
-    policies.shadow_observe(in_force, facts, verdict)
+    observed = shadow.shadow_observe(in_force, facts, verdict, contract_asks=contract_asks)
     if verdict.forbidden is not None:
+        if observed is not None:
+            # Refused: no transaction follows; recorded now, without an operation id.
+            shadow.shadow_record_safely(observed)
         hit = verdict.forbidden.policy
         raise errors.ForbiddenByPolicy(
             hit.message or f"Policy {hit.policy_id} forbids this operation.",
@@ -419,6 +442,7 @@ def _policies_judge(
         plain.requirement,
         tuple(policies.hits_described(plain, in_force.versions)),
         tuple(windowed),
+        observed,
     )
 
 
@@ -577,6 +601,16 @@ def operation_register(
         if intent.windowed:
             window_entries_insert(registration.operation, intent.windowed, now=now)
         _run_count(run, turn=turn, now=now)
+        if intent.shadow is not None:
+            # After the commit, outside it (services/shadow.py says why).
+            transaction.on_commit(
+                partial(
+                    shadow.shadow_record,
+                    intent.shadow,
+                    operation_id=registration.operation.id,
+                ),
+                robust=True,
+            )
     return registration
 
 

@@ -57,13 +57,14 @@ def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
         SIZES="2000",
         BENCH_ARGS=(
             f"--database {_database('bench')} --json {figures} --lifecycles 40 --threads 2 "
-            "--parallel-threads 4 --parallel-rounds 2 --hot-threads 4 --hot-rounds 2"
+            "--parallel-threads 4 --parallel-rounds 2 --hot-threads 4 --hot-rounds 2 "
+            "--policy-operations 2000 --policy-registrations 20"
         ),
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-5000:]
     report = json.loads(figures.read_text())
-    assert report["parts"] == ["contention", "hashing", "lifecycle", "scale"]
+    assert report["parts"] == ["contention", "hashing", "lifecycle", "policies", "scale"]
 
     life = report["lifecycle"]
     paths = life["paths"]
@@ -86,6 +87,13 @@ def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
         "probe_due, nothing due": True,
     }
     assert all(row["seq_scans"] == [] for row in scale["measures"])
+    simulated = report["policies"]["simulation"]
+    # Every operation of the last day: the seed and those of the parts before.
+    assert simulated["policy"]["operations"] >= 2000
+    assert simulated["policy"]["changes"]["newly_asking"] > 0
+    assert simulated["contract"]["operations"] == 1000
+    assert simulated["contract"]["changes"]["no_longer_asking"] > 0
+    assert report["policies"]["cpu_ms_per_registration"]["100_policies"] > 0
 
     # What it prints: every part's table, and no operation of the seed needing repair.
     for line in (
@@ -93,6 +101,8 @@ def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
         "(b) contention, 4 runners at once, 2 rounds each:",
         "violations 0",
         "(c) intent hash:",
+        "(f) simulation over the last day (2,000 operations seeded",
+        "(g) CPU per registration with an inline claim, 20 each:",
         "sequential scans of tables over 100,000 rows: none",
         f"written to {figures}",
     ):

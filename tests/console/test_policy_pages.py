@@ -206,3 +206,22 @@ def test_the_shadow_and_simulate_slots_render_nothing_without_their_data(ann, dr
     body = page(client_for(ann), "console:policy", "no-huge").content.decode()
     assert 'id="shadow-figures"' not in body
     assert ">Simulate<" not in body
+
+
+def test_a_policy_that_asks_offers_a_standing_grant_for_its_tools(ann, api, draft):
+    from tests.operations.test_policies import BIG_REFUNDS
+
+    api.tool("refund")
+    scoped = BIG_REFUNDS.replace('@id("big-refunds")', '@id("scoped")').replace(
+        "resource)", 'resource == Tool::"refund")'
+    )
+    policies.policy_write(user=ann, text=scoped)
+    body = page(client_for(ann), "console:policy", "scoped").content.decode()
+    assert "/standing-grants/?tool=refund#issue" in body
+    policies.policy_write(user=ann, text=BIG_REFUNDS)
+    body = page(client_for(ann), "console:policy", "big-refunds").content.decode()
+    assert 'standing-grants/#issue">Issue a standing grant<' in body
+    # A forbid asks for nobody: no standing grant to offer.
+    forbid = page(client_for(ann), "console:policy", "no-huge")
+    assert forbid.status_code == 200
+    assert "Issue a standing grant" not in forbid.content.decode()

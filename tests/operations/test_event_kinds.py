@@ -24,6 +24,8 @@ OTHER_KINDS = {
     "chart": {"bars", "line", "hbars"},
     "argument": {"string", "integer", "number", "boolean", "json", "money", "datetime"},
     "actor": {"", "user", "runner"},
+    # What a policy version does (PolicyVersion.kind, policies.cedar.Kind).
+    "policy": {"forbid", "require", "permit"},
 }
 NOT_EVENT_KINDS = set().union(*OTHER_KINDS.values())
 

@@ -9,7 +9,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("operations", "0014_policies"),
+        ("operations", "0015_policy_shadow_tally"),
     ]
 
     operations = [
