@@ -14,6 +14,7 @@ from .views import (
     runs,
     saved_views,
     search,
+    simulation,
     standing,
     tools,
 )
@@ -126,4 +127,16 @@ urlpatterns += [
     path("policies/<str:policy_id>/shadow", policies.policy_shadow, name="policy-shadow"),
     path("policies/<str:policy_id>/activate", policies.policy_activate, name="policy-activate"),
     path("policies/<str:policy_id>/retire", policies.policy_retire, name="policy-retire"),
+    path(
+        "policies/<str:policy_id>/simulate",
+        simulation.policy_simulation,
+        name="policy-simulate",
+    ),
+    # A contract version waiting for activation: for people who manage policies or may
+    # activate the tool (access.may_simulate_contract).
+    path(
+        "tools/<str:name>/versions/<count:number>/simulate",
+        simulation.contract_simulation,
+        name="tool-simulate",
+    ),
 ]

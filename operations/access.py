@@ -364,6 +364,18 @@ def require_manage_policies(user: Person) -> None:
         raise PermissionRefused("You may not manage policies.")
 
 
+def may_simulate_contract(user: Person, tool: Tool) -> bool:
+    """Replay past registrations against a contract version of ``tool``
+    (``services.contract_simulate``): people who manage policies, and those who may
+    activate the tool's versions, whose decision it informs."""
+    return may_manage_policies(user) or _holds(user, ACTIVATE, tool)
+
+
+def require_simulate_contract(user: Person, tool: Tool) -> None:
+    if not may_simulate_contract(user, tool):
+        raise PermissionRefused("You may not simulate versions of this tool.")
+
+
 def policy_activate_refusal(user: Person, version: PolicyVersion) -> str | None:
     """Why ``user`` may not put ``version`` in force, or None: four eyes, so never the
     person who wrote that text."""

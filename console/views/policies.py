@@ -16,6 +16,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
@@ -103,7 +104,10 @@ def policy_detail(request: AuthenticatedHttpRequest, policy_id: str) -> HttpResp
         # Filled by the shadow figures and the simulation (console/policies/_shadow.html,
         # _simulate_link.html): each renders nothing while its data is missing.
         "shadow_figures": selectors.shadow_summary(user=request.user, policy_id=policy.pk),
-        "simulate_url": None,
+        "simulate_url": reverse("console:policy-simulate", args=[policy.pk])
+        + f"?version={newest.number}"
+        if newest is not None
+        else None,
         # A policy that asks for people: approve a bounded family up front instead
         # (a standing grant for each tool it names, or one to choose).
         "standing_tools": _standing_tools(newest),

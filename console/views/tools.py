@@ -80,6 +80,8 @@ def tool_detail(request: AuthenticatedHttpRequest, name: str) -> HttpResponse:
         "activatable": {
             version.pk for version in versions if not access.activate_refusal(request.user, version)
         },
+        # A version waiting for activation can be replayed against past registrations.
+        "may_simulate": access.may_simulate_contract(request.user, tool),
         "may_operate_breaker": access.may_operate_breaker(request.user, tool),
         "may_administer": access.may_administer_tools(request.user),
         "all_runners": selectors.runners_active(),

@@ -1,6 +1,7 @@
 """Reads for people in the console, each filtered through ``operations.access``: the
 inbox, the reconciliation queue, search, lists, runs, tools and the audit log."""
 
+from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, cast
 
@@ -41,6 +42,14 @@ def operations_visible_to(user: Person) -> QuerySet[Operation]:
     """The operations a person may see: those of the tools they may decide on or
     reconcile (``access.visible_filter``). Every list, search and page starts here."""
     return Operation.objects.filter(access.visible_filter(user, "tool_id"))
+
+
+def operation_ids_visible_to(*, user: Person, ids: Iterable[str]) -> set[str]:
+    """Which of ``ids`` name operations ``user`` may see (to link only those)."""
+    wanted = list(ids)
+    if not wanted:
+        return set()
+    return set(operations_visible_to(user).filter(pk__in=wanted).values_list("pk", flat=True))
 
 
 def operation_get_for_user(*, user: Person, operation_id: str) -> Operation:

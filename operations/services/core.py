@@ -474,6 +474,25 @@ def approval_request_open(
     return request
 
 
+def approval_requested_record(
+    op: Operation, request: ApprovalRequest, *, actor: Actor, now: datetime, **extra: Any
+) -> None:
+    """The operation's ``approval_requested`` event for ``request``: its id, reason and
+    the terms it opened with (``approval_opened_terms``), and what ``extra`` adds."""
+    record(
+        op,
+        kind=EventKind.APPROVAL_REQUESTED,
+        actor=actor,
+        now=now,
+        data={
+            "approval": request.id,
+            "reason": request.reason,
+            "terms": approval_opened_terms(op, request),
+            **extra,
+        },
+    )
+
+
 def approval_opened_terms(op: Operation, request: ApprovalRequest) -> dict[str, Any]:
     """The ``terms`` of the event that opens ``request``, which ``audit verify``
     compares with the request's row (``terms.approval_terms``)."""

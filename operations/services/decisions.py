@@ -27,8 +27,8 @@ from . import policies
 from .core import (
     Actor,
     approval_escalated,
-    approval_opened_terms,
     approval_request_open,
+    approval_requested_record,
     enter,
     event_append,
     lock,
@@ -405,17 +405,7 @@ def _approve_edited(
         # Offered to the escalation group already: the copy stays offered to it, and
         # the terms its opening event records are the inherited ones.
         approval_services.request_escalation_inherit(request=new_request, source=request)
-    record(
-        successor,
-        kind=EventKind.APPROVAL_REQUESTED,
-        actor=actor,
-        now=now,
-        data={
-            "approval": new_request.id,
-            "reason": new_request.reason,
-            "terms": approval_opened_terms(successor, new_request),
-        },
-    )
+    approval_requested_record(successor, new_request, actor=actor, now=now)
     if request.escalated_at is not None:
         record(
             successor,

@@ -37,12 +37,11 @@ from .claims import claim_locked
 from .core import (
     GENESIS_HASH,
     Actor,
-    approval_opened_terms,
     approval_request_open,
+    approval_requested_record,
     event_append,
     event_build,
     outbox_enqueue,
-    record,
     subscribes,
 )
 from .policies import reason_of
@@ -775,17 +774,7 @@ def _register_full(
         )
         if not covered:
             request = approval_request_open(op, reason=intent.reason, context=context, now=now)
-            record(
-                op,
-                kind=EventKind.APPROVAL_REQUESTED,
-                actor=actor,
-                now=now,
-                data={
-                    "approval": request.id,
-                    "reason": request.reason,
-                    "terms": approval_opened_terms(op, request),
-                },
-            )
+            approval_requested_record(op, request, actor=actor, now=now)
     if op.status == Status.AWAITING_APPROVAL or not required:
         # Covered by a standing grant, the operation went ready by a transition, which
         # wrote its webhooks.

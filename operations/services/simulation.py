@@ -17,6 +17,8 @@ more (then ``truncated``). What each operation is judged on:
   largest turn), which misses calls a policy refused and counts an edited copy once
   more; the run's ``spend`` is its spend today, an upper bound of what it was; the
   contract's decision is taken without the runner's own ``approval.require``.
+
+``APPROXIMATIONS`` says the same to the people reading a simulation (the console).
 """
 
 from collections.abc import Iterator
@@ -33,7 +35,8 @@ from approvals.people import Person
 from approvals.policy import evaluate as evaluate_approval
 
 from .. import access
-from ..models import Operation, PolicyVersion, ToolVersion
+from ..errors import NotFound
+from ..models import Operation, PolicyVersion, Tool, ToolVersion
 from ..policies import cedar
 from ..policies.errors import PolicyInvalid
 from ..policies.simulation import Past, Simulation, simulate
@@ -43,6 +46,13 @@ MAX_OPERATIONS = 100_000
 MAX_DAYS = 366
 CHUNK = 2000
 _USERNAME = get_user_model().USERNAME_FIELD
+APPROXIMATIONS = (
+    "The owners of the runner and of the tool are today's.",
+    "A run's tool calls and turns are rebuilt from its earlier operations: calls a "
+    "policy refused are missed, and an edited copy counts once more.",
+    "A run's spend is its spend today, an upper bound of what it was.",
+    "The contract's decision is taken without the runner's own approval.require.",
+)
 
 COLUMNS = (
     "id",
@@ -195,8 +205,12 @@ def contract_simulate(
 ) -> Simulation:
     """What a contract version of ``tool`` would have changed over the last ``days``
     days: its approval rules against the active version's, on the tool's operations,
-    with the policies in force on both sides (``approvals.policy.evaluate``)."""
-    access.require_manage_policies(user)
+    with the policies in force on both sides (``approvals.policy.evaluate``). For
+    people who manage policies or may activate the tool's versions."""
+    found_tool = Tool.objects.filter(pk=tool).first()
+    if found_tool is None:
+        raise NotFound(f"No tool {tool!r}.")
+    access.require_simulate_contract(user, found_tool)
     versions = ToolVersion.objects.filter(tool_id=tool)
     candidate = versions.filter(number=version).values_list("contract", flat=True).first()
     active = (

@@ -34,15 +34,14 @@ from ..selectors import operation_refresh, run_with_runner
 from ..text import normalize_principal
 from .core import (
     Actor,
-    approval_opened_terms,
     approval_request_open,
+    approval_requested_record,
     due_each,
     enter,
     event_append,
     outbox_approval_decided,
     outbox_enqueue_to,
     raise_after_commit,
-    record,
 )
 from .terms import money, money_text, standing_grant_terms
 
@@ -467,18 +466,7 @@ def _use(
         now=now,
         announce=False,
     )
-    record(
-        op,
-        kind=EventKind.APPROVAL_REQUESTED,
-        actor=actor,
-        now=now,
-        data={
-            "approval": request.id,
-            "reason": request.reason,
-            "terms": approval_opened_terms(op, request),
-            "standing_grant": grant.id,
-        },
-    )
+    approval_requested_record(op, request, actor=actor, now=now, standing_grant=grant.id)
     given = approval_services.request_approve_standing(
         request=request, standing_grant=grant, now=now
     )

@@ -1,7 +1,8 @@
 """People's policies in a real browser against a live server: one person writes a
 forbid in the editor (Cedar refuses a wrong text, then says what the right one does),
-saves it and shadows it but cannot activate it; a second person reads the diff and
-activates it; the runner's next registration is refused; the second person retires it."""
+saves it and shadows it but cannot activate it; a second person reads the diff,
+simulates it over the registrations so far and activates it; the runner's next
+registration is refused; the second person retires it."""
 
 import re
 
@@ -50,11 +51,14 @@ def _second_person(browser: Browser, live_server, user) -> Page:
     return page
 
 
-def test_write_shadow_and_activate_with_four_eyes_then_retire(page, browser, live_server):
+def test_write_shadow_simulate_and_activate_with_four_eyes_then_retire(page, browser, live_server):
     api = make_runner()
     api.tool("send_refund", contract("irreversible", approval={"mode": "never"}))
     run = api.run("user:alice")
     ann, bob = _steward("ann"), _steward("bob")
+    # Before any policy: one registration the forbid would refuse, one it would not.
+    huge = api.register(run, "send_refund", {"payment_id": "p0", "amount_cents": 700000})
+    api.register(run, "send_refund", {"payment_id": "small", "amount_cents": 500})
 
     # Ann writes the policy: Cedar refuses a name the tool does not have, then says
     # what the corrected text does.
@@ -101,6 +105,29 @@ def test_write_shadow_and_activate_with_four_eyes_then_retire(page, browser, liv
     expect(diff).to_contain_text("+when { context.arguments has amount_cents")
     violations = axe(other)
     assert not violations, axe_summary(violations)
+
+    # Before activating, he replays the registrations so far: the two large refunds
+    # (one before the policy, one while in shadow) would have been forbidden.
+    other.get_by_role("link", name="Simulate").click()
+    other.wait_for_url(re.compile(r"/policies/no-huge/simulate\?version=1$"))
+    totals = other.locator("#simulation-totals")
+    expect(totals.locator("#count-newly_forbidden")).to_have_text(
+        re.compile(r"newly forbidden\s*2")
+    )
+    expect(totals.locator("#count-newly_asking")).to_have_text(re.compile(r"newly asking\s*0"))
+    expect(other.locator("#examples-newly_forbidden")).to_contain_text(huge["id"])
+    expect(other.get_by_text("3 operations replayed.")).to_be_visible()
+    other.get_by_label("Days").fill("1")
+    other.get_by_role("button", name="Simulate").click()
+    other.wait_for_url(re.compile(r"days=1"))
+    expect(totals.locator("#count-newly_forbidden")).to_have_text(
+        re.compile(r"newly forbidden\s*2")
+    )
+    violations = axe(other)
+    assert not violations, axe_summary(violations)
+    assert Policy.objects.get(pk="no-huge").state == "shadow"
+    other.get_by_role("link", name="Back to the policy").click()
+
     other.get_by_role("button", name="Activate v1").click()
     expect(other.get_by_role("status").first).to_contain_text("Version 1 of no-huge is in force.")
     expect(other.get_by_role("heading", level=1)).to_contain_text("active")

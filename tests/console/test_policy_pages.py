@@ -5,9 +5,12 @@ Cedar's messages; refusals become messages."""
 
 import pytest
 from django.urls import reverse
+from guardian.shortcuts import assign_perm
 
-from operations.models import Event, Policy, PolicyVersion
-from operations.services import policies
+from console.views import simulation as simulation_views
+from operations.models import Event, Policy, PolicyVersion, Tool
+from operations.policies.simulation import Simulation
+from operations.services import policies, simulation
 from tests.approvals.conftest import person
 from tests.console.conftest import client_for
 from tests.operations.test_policies import NO_HUGE, steward
@@ -202,10 +205,9 @@ def test_the_editor_starts_from_the_newest_text_of_a_policy(ann, draft):
     assert client_for(ann).get(reverse("console:policy-editor") + "?policy=none").status_code == 404
 
 
-def test_the_shadow_and_simulate_slots_render_nothing_without_their_data(ann, draft):
+def test_the_shadow_slot_renders_nothing_without_its_data(ann, draft):
     body = page(client_for(ann), "console:policy", "no-huge").content.decode()
     assert 'id="shadow-figures"' not in body
-    assert ">Simulate<" not in body
 
 
 def test_a_policy_that_asks_offers_a_standing_grant_for_its_tools(ann, api, draft):
@@ -225,3 +227,107 @@ def test_a_policy_that_asks_offers_a_standing_grant_for_its_tools(ann, api, draf
     forbid = page(client_for(ann), "console:policy", "no-huge")
     assert forbid.status_code == 200
     assert "Issue a standing grant" not in forbid.content.decode()
+
+
+# ---------------------------------------------------------------------------------------
+# Simulation before activating (docs/policies.md#simulation)
+
+
+def _seed_refunds(api) -> list[str]:
+    """Three registrations of ``refund``: two the no-huge forbid would have refused."""
+    api.tool("refund")
+    run = api.run()
+    return [
+        api.register(run, "refund", {"payment_id": f"p{amount}", "amount_cents": amount})["id"]
+        for amount in (600000, 5, 700000)
+    ]
+
+
+def simulate(client, policy_id, query=""):
+    return client.get(reverse("console:policy-simulate", args=[policy_id]) + query)
+
+
+def test_the_policy_page_links_the_simulation_of_its_newest_version(ann, draft):
+    policies.policy_write(user=ann, text=NO_HUGE_V2)
+    body = page(client_for(ann), "console:policy", "no-huge").content.decode()
+    assert '<a href="/policies/no-huge/simulate?version=2" class="button">Simulate</a>' in body
+
+
+def test_the_simulation_page_is_403_without_manage_policies(db, api, draft, bob):
+    _seed_refunds(api)
+    outsider = person(username="eve")
+    assign_perm("operations.decide_tool", outsider, Tool.objects.get(pk="refund"))
+    assert simulate(client_for(outsider), "no-huge").status_code == 403
+    assert simulate(client_for(bob), "none").status_code == 404
+
+
+def test_the_simulation_page_shows_the_counts_and_links_visible_examples(ann, api, draft):
+    huge, _small, huger = _seed_refunds(api)
+    response = simulate(client_for(ann), "no-huge", "?days=3")
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert "3 operations replayed." in body
+    for name, count in [
+        ("newly_asking", 0),
+        ("newly_forbidden", 2),
+        ("no_longer_asking", 0),
+        ("no_longer_forbidden", 0),
+    ]:
+        label = name.replace("_", " ")
+        row = f'<tr id="count-{name}"><th scope="row">{label}</th><td class="num">{count}</td>'
+        assert row in body
+    assert 'value="3"' in body
+    assert "The owners of the runner and of the tool are today&#x27;s." in body
+    assert "simulation-truncated" not in body
+    # Ann manages policies but may not see refund's operations: the ids, no links.
+    assert huge in body
+    assert huger in body
+    assert f'href="/operations/{huge}/"' not in body
+    assert "(you may not see it)" in body
+    # Once she may decide on refund, the examples link to the operations.
+    assign_perm("operations.decide_tool", ann, Tool.objects.get(pk="refund"))
+    body = simulate(client_for(ann), "no-huge").content.decode()
+    assert f'href="/operations/{huge}/"' in body
+    assert f'href="/operations/{huger}/"' in body
+    assert "(you may not see it)" not in body
+    # Simulating wrote nothing.
+    assert Policy.objects.get().state == "draft"
+    assert not Event.objects.filter(stream="policy:no-huge", kind__contains="activ").exists()
+
+
+def test_the_simulation_page_says_a_refusal_and_the_truncation(ann, api, draft, monkeypatch):
+    _seed_refunds(api)
+    client = client_for(ann)
+    response = simulate(client, "no-huge", "?days=0")
+    assert response.status_code == 422
+    assert "A simulation replays 1 to 366 days." in response.content.decode()
+    assert simulate(client, "no-huge", "?days=367").status_code == 400
+    missing = simulate(client, "no-huge", "?version=9")
+    assert "Policy no-huge has no version 9." in missing.content.decode()
+    # A window holding more than the limit: only its newest are replayed, and it says so.
+    monkeypatch.setattr(simulation, "MAX_OPERATIONS", 2)
+    body = simulate(client, "no-huge").content.decode()
+    assert "2 operations replayed." in body
+    assert 'id="simulation-truncated"' in body
+
+
+def test_the_simulation_page_escapes_what_it_shows(ann, api, monkeypatch):
+    policies.policy_write(user=ann, text=NO_HUGE)
+    result = Simulation(operations=1)
+    result.changes["newly_asking"].count = 1
+    result.changes["newly_asking"].examples.append(
+        {
+            "operation": "op_<b>x</b>",
+            "tool": "<script>alert(1)</script>",
+            "registered_at": "2026-11-01T12:00:00+00:00",
+            "before": "none",
+            "after": "require",
+            "policies": ["<i>p</i>"],
+        }
+    )
+    monkeypatch.setattr(simulation_views, "policy_simulate", lambda **kwargs: result)
+    body = simulate(client_for(ann), "no-huge").content.decode()
+    assert "<script>alert(1)</script>" not in body
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in body
+    assert "op_&lt;b&gt;x&lt;/b&gt;" in body
+    assert "&lt;i&gt;p&lt;/i&gt;" in body

@@ -5,6 +5,7 @@ from guardian.shortcuts import assign_perm
 from operations.models import Event, Tool
 from tests.approvals.conftest import person
 from tests.conftest import contract, make_runner
+from tests.operations.test_policies import steward
 
 from .conftest import client_for
 
@@ -136,3 +137,37 @@ def test_a_held_new_tool_is_activated_on_its_page_by_a_person_not_the_owner(db, 
     tool.refresh_from_db()
     assert tool.active_version.number == 1
     assert api.register(api.run(), "payout")["status"] == "ready"
+
+
+def test_a_version_waiting_for_activation_links_its_simulation(api):
+    """Simulation before activating (docs/policies.md#simulation): the held v2 asks
+    nobody where v1 asked for every operation."""
+    strict = contract("irreversible", approval={"mode": "always"})
+    api.tool("payout", strict)
+    run = api.run()
+    for amount in (5, 50):
+        api.register(run, "payout", {"payment_id": "p", "amount_cents": amount})
+    api.tool("payout", {**strict, "approval": {"mode": "never"}})
+    tool = Tool.objects.get(pk="payout")
+    activator, decider, steward_deciding = person(), person(), steward()
+    assign_perm("operations.activate_tool", activator, tool)
+    assign_perm("operations.decide_tool", decider, tool)
+    assign_perm("operations.decide_tool", steward_deciding, tool)
+    link = '<a href="/tools/payout/versions/2/simulate">Simulate this version</a>'
+
+    for allowed in (activator, steward_deciding):
+        assert link in client_for(allowed).get("/tools/payout/").content.decode()
+        response = client_for(allowed).get("/tools/payout/versions/2/simulate?days=2")
+        assert response.status_code == 200
+        body = response.content.decode()
+        assert "2 operations replayed." in body
+        assert '<th scope="row">no longer asking</th><td class="num">2</td>' in body
+    # The active version has no such link, and a decider neither sees it nor opens it.
+    page = client_for(activator).get("/tools/payout/").content.decode()
+    assert "/versions/1/simulate" not in page
+    assert link not in client_for(decider).get("/tools/payout/").content.decode()
+    assert client_for(decider).get("/tools/payout/versions/2/simulate").status_code == 403
+    assert client_for(person()).get("/tools/payout/versions/2/simulate").status_code == 404
+    # Nothing was activated.
+    tool.refresh_from_db()
+    assert tool.active_version.number == 1

@@ -1,6 +1,7 @@
 """``effectgate policy ...`` (docs/policies.md, "Policies in your repository"): a Cedar
 file applied as drafts or shadow, all or nothing; activation as a second person only;
-retiring; one line per policy. Every change goes through the services as ``--as``."""
+retiring; simulating over past registrations; one line per policy. Every change goes
+through the services as ``--as``."""
 
 import os
 import subprocess
@@ -118,10 +119,56 @@ def test_activate_needs_a_second_person_and_retire_takes_it_out(db, cedar_file):
         policy("activate", "gone", "--as", "bob")
 
 
+def _seed_refunds(api) -> list[str]:
+    """Three registrations of ``refund``: two the no-huge forbid would have refused."""
+    api.tool("refund")
+    run = api.run()
+    return [
+        api.register(run, "refund", {"payment_id": f"p{amount}", "amount_cents": amount})["id"]
+        for amount in (600000, 5, 700000)
+    ]
+
+
+def test_simulate_prints_one_line_per_count_then_the_examples(db, api, cedar_file):
+    huge, _small, huger = _seed_refunds(api)
+    steward("ann")
+    policy("apply", str(cedar_file), "--as", "ann")
+    lines = policy("simulate", "no-huge", "--days", "7", "--as", "ann").splitlines()
+    assert lines[:5] == [
+        "operations replayed: 3",
+        "newly asking: 0",
+        "newly forbidden: 2",
+        "no longer asking: 0",
+        "no longer forbidden: 0",
+    ]
+    assert lines[5:] == [
+        f"newly forbidden\t{huge}\trefund\tnone -> forbid",
+        f"newly forbidden\t{huger}\trefund\tnone -> forbid",
+    ]
+    # Simulating writes nothing: the policy is still a draft, nothing was refused.
+    assert Policy.objects.get(pk="no-huge").state == "draft"
+
+
+def test_simulate_is_refused_with_the_reason(db, api, cedar_file):
+    _seed_refunds(api)
+    steward("ann")
+    person(username="eve")
+    policy("apply", str(cedar_file), "--as", "ann")
+    with pytest.raises(CommandError, match="You may not manage policies"):
+        policy("simulate", "no-huge", "--days", "7", "--as", "eve")
+    with pytest.raises(CommandError, match="A simulation replays 1 to 366 days"):
+        policy("simulate", "no-huge", "--days", "0", "--as", "ann")
+    with pytest.raises(CommandError, match="Policy no-huge has no version 9"):
+        policy("simulate", "no-huge", "--days", "7", "--version", "9", "--as", "ann")
+    with pytest.raises(CommandError, match="--as"):
+        policy("simulate", "no-huge", "--days", "7")
+
+
 @pytest.mark.slow
 @pytest.mark.django_db(transaction=True)
-def test_the_effectgate_command_exits_1_with_the_reason_on_stderr(cedar_file):
+def test_the_effectgate_command_exits_1_with_the_reason_on_stderr(cedar_file, api):
     """The documented form, as a real process: ``effectgate policy ...``."""
+    _seed_refunds(api)
     steward("ann")
     steward("bob")
     effectgate = Path(sys.executable).parent / "effectgate"
@@ -145,6 +192,9 @@ def test_the_effectgate_command_exits_1_with_the_reason_on_stderr(cedar_file):
     applied = run("apply", str(cedar_file), "--as", "ann")
     assert applied.returncode == 0, applied.stderr
     assert "no-huge: version 1 written (draft)" in applied.stdout
+    simulated = run("simulate", "no-huge", "--days", "7", "--as", "ann")
+    assert simulated.returncode == 0, simulated.stderr
+    assert "newly forbidden: 2\n" in simulated.stdout
     refused = run("activate", "no-huge", "--as", "ann")
     assert refused.returncode == 1
     assert "You wrote version 1 of no-huge" in refused.stderr

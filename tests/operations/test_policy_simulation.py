@@ -152,3 +152,23 @@ def test_contract_simulate_compares_a_held_version_with_the_active_one(api):
     assert result.operations == 3
     assert result.changes["no_longer_asking"].count == 1
     assert result.changes["newly_asking"].count == 0
+
+
+def test_contract_simulate_is_for_stewards_and_the_tools_activators(api):
+    from guardian.shortcuts import assign_perm
+
+    from approvals.errors import PermissionRefused
+    from operations.errors import NotFound
+    from operations.models import Tool
+    from tests.approvals.conftest import person
+
+    api.tool("refund", contract(approval={"mode": "always"}))
+    api.tool("refund", contract(approval={"mode": "never"}))
+    activator, decider = person(), person()
+    assign_perm("operations.activate_tool", activator, Tool.objects.get(pk="refund"))
+    assign_perm("operations.decide_tool", decider, Tool.objects.get(pk="refund"))
+    assert contract_simulate(user=activator, tool="refund", version=2, days=1).operations == 0
+    with pytest.raises(PermissionRefused, match="You may not simulate versions of this tool"):
+        contract_simulate(user=decider, tool="refund", version=2, days=1)
+    with pytest.raises(NotFound):
+        contract_simulate(user=activator, tool="gone", version=2, days=1)

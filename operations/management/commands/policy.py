@@ -4,9 +4,12 @@
 newest version of the policy its ``@id`` names (a draft, or watched in shadow), all or
 nothing; ``activate ID --as USERNAME [--version N]`` puts a version in force, refused
 when USERNAME wrote it or does not manage policies; ``retire ID --as USERNAME``;
-``list`` prints one line per policy. Every change goes through the services as the
-person ``--as`` names, so the command is refused exactly what the console would be; a
-refusal prints its reason on standard error and exits 1.
+``simulate ID --days N --as USERNAME [--version V]`` replays the last N days of
+registrations against a version (the newest by default) and prints one line per count
+of what would change, then its example operations; ``list`` prints one line per policy.
+Every change goes through the services as the person ``--as`` names, so the command is
+refused exactly what the console would be; a refusal prints its reason on standard
+error and exits 1.
 """
 
 from pathlib import Path
@@ -19,11 +22,13 @@ from approvals.errors import Refusal
 from operations import selectors
 from operations.models import PolicyVersion
 from operations.policies import files
+from operations.policies.simulation import CHANGES
 from operations.services import policies
+from operations.services.simulation import MAX_DAYS, policy_simulate
 
 
 class Command(BaseCommand):
-    help = "People's policies in Cedar: apply a file, activate, retire, list."
+    help = "People's policies in Cedar: apply a file, activate, retire, simulate, list."
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
@@ -41,6 +46,17 @@ class Command(BaseCommand):
         retire.add_argument("policy_id")
         retire.add_argument("--as", dest="username", required=True)
         retire.add_argument("--reason", default="")
+        simulate = sub.add_parser(
+            "simulate", help="What a version would change over past registrations."
+        )
+        simulate.add_argument("policy_id")
+        # The simulation shows past operations' figures: only to people who manage
+        # policies, so it runs as a named person like the other actions.
+        simulate.add_argument("--as", dest="username", required=True)
+        simulate.add_argument(
+            "--days", type=int, required=True, help=f"How many days to replay (1 to {MAX_DAYS})."
+        )
+        simulate.add_argument("--version", type=int, help="Default: the newest version.")
         sub.add_parser("list", help="One line per policy: id, state, versions.")
 
     def handle(self, *args, **options):
@@ -104,6 +120,25 @@ class Command(BaseCommand):
             user=user, policy_id=options["policy_id"], reason=options["reason"]
         )
         self.stdout.write(f"{policy.pk}: retired")
+
+    def _simulate(self, options):
+        user = self._person(options["username"])
+        result = policy_simulate(
+            user=user,
+            policy_id=options["policy_id"],
+            days=options["days"],
+            version=options["version"],
+        )
+        cut = " (truncated: the newest of the window only)" if result.truncated else ""
+        self.stdout.write(f"operations replayed: {result.operations}{cut}")
+        for name in CHANGES:
+            self.stdout.write(f"{name.replace('_', ' ')}: {result.changes[name].count}")
+        for name in CHANGES:
+            for example in result.changes[name].examples:
+                self.stdout.write(
+                    f"{name.replace('_', ' ')}\t{example['operation']}\t{example['tool']}\t"
+                    f"{example['before']} -> {example['after']}"
+                )
 
     def _list(self, options):
         for policy in selectors.policy_rows():
