@@ -31,8 +31,8 @@ from ..models import (
 )
 from ..policies import cedar
 from ..policies.cedar import Requirement
-from ..policies.windows import Counted, counted
-from . import policies, shadow
+from ..policies.windows import Counted
+from . import shadow
 from .claims import claim_locked
 from .core import (
     GENESIS_HASH,
@@ -44,6 +44,7 @@ from .core import (
     outbox_enqueue,
     subscribes,
 )
+from .judging import registration_forbidden_record, registration_judge
 from .policies import reason_of
 from .rows import approvals_known_none, db_datetime, insert_all, insert_unless_conflict
 from .shadow import Observation
@@ -345,7 +346,7 @@ def _intent(
         runner_requested=bool(approval and approval.get("require")),
         runner_reason=(approval or {}).get("reason"),
     )
-    requirement, hits, windowed, observed = _policies_judge(
+    requirement, hits, windowed, observed = registration_judge(
         runner=runner,
         run=run,
         tool=tool,
@@ -366,82 +367,6 @@ def _intent(
         policy_hits=hits,
         windowed=windowed,
         shadow=observed,
-    )
-
-
-# What ``_policies_judge`` answers: the requirement, the hits that asked, the windows,
-# the shadow observation.
-_Judged = tuple[
-    Requirement | None, tuple[dict[str, Any], ...], tuple[Counted, ...], Observation | None
-]
-
-
-def _policies_judge(
-    *,
-    runner: Runner,
-    run: Run,
-    tool: Tool,
-    owners: tuple[str, str],
-    version: ToolVersion,
-    frozen: Any,
-    contract_asks: bool,
-) -> _Judged:
-    """What people's policies in force say of this registration: raises
-    ``ForbiddenByPolicy`` for a forbid; else the strictest requirement of those that
-    ask (None: none asks), which asked, the windows of the policies with a ``@window``
-    that matched (those ask only past their bound, decided in the transaction:
-    ``_windows_decide``), and what the shadow policies would have done. No policy in
-    force nor in shadow: nothing is computed."""
-    in_force = policies.in_force()
-    if not in_force:
-        return None, (), (), None
-    facts = policies.registration_facts(
-        runner=runner,
-        runner_owner=owners[0],
-        tool=tool,
-        tool_owner=owners[1],
-        contract=version.contract,
-        frozen=frozen,
-        run=run,
-        now=timezone.now(),
-    )
-    verdict = policies.registration_verdict(in_force, facts)
-    observed = shadow.shadow_observe(in_force, facts, verdict, contract_asks=contract_asks)
-    if verdict.forbidden is not None:
-        if observed is not None:
-            # Refused: no transaction follows; recorded now, without an operation id.
-            shadow.shadow_record_safely(observed)
-        hit = verdict.forbidden.policy
-        raise errors.ForbiddenByPolicy(
-            hit.message or f"Policy {hit.policy_id} forbids this operation.",
-            policy=hit.policy_id,
-            policy_version=in_force.versions.get(hit.policy_id),
-        )
-    asks: list[cedar.Hit] = []
-    windowed: list[Counted] = []
-    for asked in verdict.asks:
-        if asked.policy.window is None or asked.missing:
-            asks.append(asked)
-            continue
-        entry = counted(
-            asked.policy,
-            version=in_force.versions.get(asked.policy.policy_id),
-            principal=run.principal,
-            tool=tool.name,
-            runner=runner.name,
-            arguments=frozen,
-        )
-        if entry is not None:
-            windowed.append(entry)
-        elif asked.policy.when_missing == "match":
-            # The value it groups by or sums is absent: it cannot count, a person decides.
-            asks.append(cedar.Hit(asked.policy, missing=True))
-    plain = cedar.Verdict(asks=tuple(asks))
-    return (
-        plain.requirement,
-        tuple(policies.hits_described(plain, in_force.versions)),
-        tuple(windowed),
-        observed,
     )
 
 
@@ -541,7 +466,7 @@ def operation_register(
         existing = _existing(runner=runner, operation_key=operation_key)
         if existing is None:
             if isinstance(refusal, errors.ForbiddenByPolicy):
-                _forbidden_record(refusal, runner=runner, run=run, tool_name=tool_name)
+                registration_forbidden_record(refusal, runner=runner, run=run, tool_name=tool_name)
             raise
         return _replayed(
             existing, tool_name=tool_name, arguments=arguments, principal=run.principal
@@ -611,28 +536,6 @@ def operation_register(
                 robust=True,
             )
     return registration
-
-
-def _forbidden_record(
-    refusal: errors.ForbiddenByPolicy, *, runner: Runner, run: Run, tool_name: str
-) -> None:
-    """The trace of a registration a policy refused: one event on the run's stream,
-    the only thing written (no operation, no tool call counted)."""
-    with transaction.atomic(durable=True):
-        locked = Run.objects.select_for_update().get(pk=run.pk)
-        event_append(
-            stream=locked.id,
-            kind=EventKind.REGISTRATION_FORBIDDEN,
-            actor=Actor.of_runner(runner),
-            run=locked,
-            tool_name=tool_name,
-            data={
-                "tool": tool_name,
-                "policy": refusal.extra.get("policy"),
-                "policy_version": refusal.extra.get("policy_version"),
-                "message": refusal.detail,
-            },
-        )
 
 
 def _run_count(run: Run, *, turn: int | None, now: datetime) -> None:
