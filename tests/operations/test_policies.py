@@ -253,3 +253,29 @@ when { context.first_version && context.effect_class == "irreversible" };"""
     assert body["active"] is False
     assert "hold-irreversible" in body["weakens"][0]
     assert api.tool("lookup", contract("read_only"))["active"] is True
+
+
+RUN_BOUNDS = """@id("run-bounds")
+@message("This run has spent or talked enough")
+forbid(principal, action == Action::"register", resource)
+when { context.run.spend.greaterThan(decimal("1.0")) || context.run.turns > 3 };"""
+
+
+def test_a_policy_reads_the_runs_spend_and_turns_each_where_it_is(api):
+    """The lean registration path loads the run's counters by position: spend and turns
+    swapped made every registration of a run that had spent anything a 500."""
+    api.tool("refund")
+    in_force(RUN_BOUNDS)
+    run = api.run()
+    op = api.register(run, "refund", turn=2, claim={"lease_s": 30})
+    api.outcome(op["id"], 1, {"kind": "succeeded", "cost": 0.5})
+    # Spent 0.5 in two turns so far: below both bounds (the counters are the run's
+    # before this registration).
+    op = api.register(run, "refund", turn=3, claim={"lease_s": 30})
+    api.outcome(op["id"], 1, {"kind": "succeeded", "cost": 0.75})
+    body = api.register(run, "refund", turn=3, expect=403)
+    assert (body["code"], body["policy"]) == ("forbidden_by_policy", "run-bounds")
+    turns = api.run()
+    for turn in (1, 4):
+        assert api.register(turns, "refund", turn=turn)["status"] == "ready"
+    assert api.register(turns, "refund", turn=5, expect=403)["policy"] == "run-bounds"
