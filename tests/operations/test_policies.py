@@ -279,3 +279,43 @@ def test_a_policy_reads_the_runs_spend_and_turns_each_where_it_is(api):
     for turn in (1, 4):
         assert api.register(turns, "refund", turn=turn)["status"] == "ready"
     assert api.register(turns, "refund", turn=5, expect=403)["policy"] == "run-bounds"
+
+
+def test_a_typo_in_an_annotation_is_refused_and_nothing_is_written(db):
+    typo = BIG_REFUNDS.replace("@approval(", "@aproval(")
+    with pytest.raises(PolicyInvalid, match="Unknown annotation @aproval"):
+        services.policies.policy_write(user=steward(), text=typo)
+    assert not Policy.objects.exists()
+    assert not Event.objects.filter(stream__startswith="policy:").exists()
+
+
+OVER_100 = """@id("payouts-over-100")
+@message("Payouts over 100 need a person")
+forbid(principal, action == Action::"register", resource == Tool::"payout")
+when { context.arguments.amount.greaterThan(decimal("100.0")) };"""
+
+
+@pytest.mark.parametrize("when_missing", ["", '@when_missing("skip")\n'])
+def test_a_forbid_that_cannot_be_evaluated_asks_a_person_unless_it_skips(api, when_missing):
+    schema = {
+        "type": "object",
+        "required": ["amount"],
+        "properties": {"amount": {"type": "number"}},
+        "additionalProperties": False,
+    }
+    api.tool("payout", contract(input_schema=schema))
+    in_force(when_missing + OVER_100)
+    run = api.run()
+    assert api.register(run, "payout", {"amount": 500}, expect=403)["policy"] == (
+        "payouts-over-100"
+    )
+    # Five fractional digits: Cedar's decimal cannot hold the amount, so it is left out
+    # and the policy cannot tell.
+    op = api.register(run, "payout", {"amount": 500.12345})
+    if when_missing:
+        assert op["status"] == "ready"
+        return
+    assert op["status"] == "awaiting_approval"
+    request = ApprovalRequest.objects.get(operation_id=op["id"])
+    assert "Policy payouts-over-100 asks: Payouts over 100 need a person" in request.reason
+    assert "it could not be evaluated" in request.reason
