@@ -107,6 +107,10 @@ def registration_forbidden_record(
             actor=Actor.of_runner(runner),
             run=locked,
             tool_name=tool_name,
+            # The run's status, unchanged: audit verify reads a run's status from the
+            # last event of its stream.
+            from_status=locked.status,
+            to_status=locked.status,
             data={
                 "tool": tool_name,
                 "policy": refusal.extra.get("policy"),

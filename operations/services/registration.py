@@ -276,10 +276,12 @@ def _context(
     principal, principal_user_id, tool_calls, spend, turns, runner_owner, tool_owner, *rest = row
     name, version_id, owner_id, breaker_state, *version = rest
     alias = connection.alias
+    # ``from_db`` assigns a partial row's values in the model's field order, whatever
+    # order the names are given in: they are listed in that order here.
     run = Run.from_db(
         alias,
-        ["id", "runner_id", "principal", "principal_user_id", "tool_calls", "spend", "turns"],
-        [run_id, runner.pk, principal, principal_user_id, tool_calls, spend, turns],
+        ["id", "runner_id", "principal", "principal_user_id", "tool_calls", "turns", "spend"],
+        [run_id, runner.pk, principal, principal_user_id, tool_calls, turns, spend],
     )
     # Who owns what, by name, for the policies (``services.policies``).
     owners = (runner_owner or "", tool_owner or "")

@@ -19,7 +19,19 @@ sweep runs. After each step:
    500, under whatever field name) never gets an attempt without a grant, however the
    runner rewrites the contract (renamed or retyped fields, dropped rules, a weaker
    mode or threshold): only a person could lower the guard, and no person activates
-   anything here.
+   anything here;
+7. people's policies and standing grants: two stewards put one of a few fixed policies
+   in force (a forbid above an amount on ``undo``, a require above another on ``idem``,
+   a plain permit; the author alone is refused) and retire them; people issue standing
+   grants for ``pay`` and ``idem`` pinned to an amount and revoke them; registrations
+   fall around the bounds. The machine keeps its own record of what was in force and
+   which standing grants were live at each registration, and checks against it that
+   nothing an active forbid matched was written (403 ``forbidden_by_policy``, no
+   operation); that every claimed operation that needed approval (by its contract, a
+   policy in force, or the runner's asking) holds a grant for its exact intent hash,
+   from a person's decision or from a standing grant that was live, covers its family
+   and had a use left; and that an operation an active require matched waited for a
+   person unless such a standing grant covered it.
 
 Each example runs inside a savepoint that is rolled back, so examples are independent.
 STATEFUL_EXAMPLES (default 30) and STATEFUL_STEPS (default 25) bound the work; runs are
@@ -41,13 +53,16 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from approvals.errors import Refusal
-from approvals.models import ApprovalRequest, Grant
+from approvals.errors import PermissionRefused, Refusal
+from approvals.models import ApprovalRequest, Decision, Grant, StandingGrant
 from operations import audit, services
 from operations.machine import BLOCKING, TERMINAL, Status
 from operations.models import Attempt, Event, Operation, Tool
+from operations.policies.errors import PolicyInvalid
+from operations.services import policies
 from tests.approvals.conftest import person
 from tests.conftest import contract, make_runner
+from tests.security.conftest import steward
 
 from .conftest import count
 
@@ -132,6 +147,46 @@ PAY_REWRITES = [
         ),
     ),
 ]
+# The policies stewards put in force, by id: what each says, and of which registrations
+# (tool, amount) the machine's own record says it speaks.
+FORBID_ABOVE, REQUIRE_ABOVE = 700, 300
+POLICIES = {
+    "fz-forbid": f"""@id("fz-forbid")
+@message("No undoable change above {FORBID_ABOVE}")
+forbid(principal, action == Action::"register", resource == Tool::"undo")
+when {{ context.arguments.amount_cents > {FORBID_ABOVE} }};""",
+    "fz-require": f"""@id("fz-require")
+@message("Idempotent calls above {REQUIRE_ABOVE} need a person")
+@approval("required")
+permit(principal, action == Action::"register", resource == Tool::"idem")
+when {{ context.arguments has amount_cents &&
+       context.arguments.amount_cents > {REQUIRE_ABOVE} }};""",
+    "fz-permit": """@id("fz-permit")
+permit(principal, action == Action::"register", resource);""",
+}
+AMOUNTS = [100, REQUIRE_ABOVE, REQUIRE_ABOVE + 1, 500, 501, FORBID_ABOVE, FORBID_ABOVE + 1, 900]
+# Standing grants: for the tool a contract rule guards and the one a policy does, each
+# pinned to an amount at most this.
+STANDING_TOOLS = ["pay", "idem"]
+STANDING_PINS = [REQUIRE_ABOVE + 1, FORBID_ABOVE]
+
+
+def _forbidden(tool: str, arguments: dict, in_force: frozenset[str]) -> bool:
+    return (
+        "fz-forbid" in in_force
+        and tool == "undo"
+        and arguments.get("amount_cents", 0) > FORBID_ABOVE
+    )
+
+
+def _required_by_policy(tool: str, arguments: dict, in_force: frozenset[str]) -> bool:
+    return (
+        "fz-require" in in_force
+        and tool == "idem"
+        and arguments.get("amount_cents", 0) > REQUIRE_ABOVE
+    )
+
+
 OUTCOMES = [
     {"kind": "succeeded", "downstream_id": "re_1", "cost": 0.5},
     {"kind": "failed", "code": "not_sent"},
@@ -155,6 +210,7 @@ class World:
         # Holds no permission: decides only what was escalated to the group.
         self.lead = person()
         self.lead.groups.add(Group.objects.create(name=LEADS))
+        self.stewards = [steward(), steward()]
 
 
 class Ledger(RuleBasedStateMachine):
@@ -173,6 +229,13 @@ class Ledger(RuleBasedStateMachine):
         self.run_id = ""
         self.keys = 0
         self.op_ids: list[str] = []
+        # The machine's own record: the policies in force, the standing grants live
+        # (id -> tool, pinned amount, uses), and each registration it sent with what was
+        # in force and live then.
+        self.in_force: set[str] = set()
+        self.standing: dict[str, dict] = {}
+        self.attempts: list[dict] = []
+        policies.forget()
 
     def teardown(self) -> None:
         self.clock.stop()
@@ -226,7 +289,7 @@ class Ledger(RuleBasedStateMachine):
         # rewrite is followed by payments under it.
         self._register(data, tool="pay")
 
-    def _register(self, data, tool: str | None = None) -> None:
+    def _register(self, data, tool: str | None = None, amounts: list[int] = AMOUNTS) -> None:
         tool = tool or data.draw(st.sampled_from(sorted(TOOLS)), label="tool")
         body = {
             "run": self.run_id,
@@ -234,15 +297,31 @@ class Ledger(RuleBasedStateMachine):
             "operation_key": f"k{self.keys}",
             "arguments": {
                 "payment_id": data.draw(st.sampled_from(["p1", "p2"]), label="payment"),
-                self._amount_field(tool): data.draw(st.sampled_from([100, 900]), label="amount"),
+                self._amount_field(tool): data.draw(st.sampled_from(amounts), label="amount"),
             },
         }
         self.keys += 1
         if data.draw(st.booleans(), label="claim at once"):
             body["claim"] = {"lease_s": data.draw(st.sampled_from([5, 60]), label="lease")}
-        if data.draw(st.integers(0, 9), label="ask") == 0:
+        asked = data.draw(st.integers(0, 9), label="ask") == 0
+        if asked:
             body["approval"] = {"require": True, "reason": "the agent is unsure"}
-        answer = self._ok(self.api.post("/api/v1/operations", body))
+        now = datetime.now(UTC)
+        live = frozenset(g for g, known in self.standing.items() if known["expires_at"] > now)
+        response = self.api.post("/api/v1/operations", body)
+        answer = self._ok(response)
+        self.attempts.append(
+            {
+                "tool": tool,
+                "key": body["operation_key"],
+                "arguments": body["arguments"],
+                "asked": asked,
+                "in_force": frozenset(self.in_force),
+                "live": live,
+                "status_code": response.status_code,
+                "answer": answer,
+            }
+        )
         if "id" in answer and answer["id"] not in self.op_ids:
             self.op_ids.append(answer["id"])
 
@@ -250,6 +329,94 @@ class Ledger(RuleBasedStateMachine):
     def runner_rewrites_the_pay_contract(self, rewrite) -> None:
         count("contract changes")
         self._ok(self.api.put("/api/v1/tools/pay", rewrite))
+
+    @initialize(
+        chosen=st.sets(st.sampled_from(sorted(POLICIES))),
+        grants=st.lists(
+            st.tuples(st.sampled_from(STANDING_TOOLS), st.sampled_from(STANDING_PINS)),
+            max_size=2,
+        ),
+    )
+    def people_start_with_policies_and_standing_grants(self, chosen, grants) -> None:
+        # Policies in force and standing grants live from the first step in most
+        # examples: registrations under them are what the invariants of both need.
+        for policy in sorted(chosen):
+            self.stewards_put_a_policy_in_force(policy, author=0, activator=1)
+        for tool, most in grants:
+            self.a_person_issues_a_standing_grant(tool, most, uses=2, who=0)
+
+    @rule(data=st.data(), burst=st.integers(1, 3))
+    def register_around_the_policy_bounds(self, data, burst) -> None:
+        # A few registrations at once, at and just past the bound of the tool's policy.
+        for _ in range(burst):
+            tool = data.draw(st.sampled_from(["undo", "idem"]), label="tool")
+            bound = FORBID_ABOVE if tool == "undo" else REQUIRE_ABOVE
+            self._register(data, tool=tool, amounts=[bound, bound + 1, 900])
+
+    @rule(
+        policy=st.sampled_from(sorted(POLICIES)),
+        author=st.integers(0, 1),
+        activator=st.integers(0, 1),
+    )
+    def stewards_put_a_policy_in_force(self, policy, author, activator) -> None:
+        """One steward writes, another (or, refused, the same) activates."""
+        count("policy activations tried")
+        stewards = self.world.stewards
+        version = services.policies.policy_write(user=stewards[author], text=POLICIES[policy])
+        try:
+            services.policies.policy_activate(user=stewards[activator], policy_id=policy)
+        except PermissionRefused:
+            # Four eyes: the text's author may not put it in force alone.
+            assert version.written_by_id == stewards[activator].pk
+            return
+        except PolicyInvalid:
+            assert policy in self.in_force  # already in force
+            return
+        assert version.written_by_id != stewards[activator].pk
+        self.in_force.add(policy)
+
+    @rule(policy=st.sampled_from(sorted(POLICIES)), who=st.integers(0, 1))
+    def a_steward_retires_a_policy(self, policy, who) -> None:
+        with contextlib.suppress(PolicyInvalid):  # never written in this example
+            services.policies.policy_retire(user=self.world.stewards[who], policy_id=policy)
+            self.in_force.discard(policy)
+
+    @rule(
+        tool=st.sampled_from(STANDING_TOOLS),
+        most=st.sampled_from(STANDING_PINS),
+        uses=st.integers(1, 3),
+        who=st.integers(0, 1),
+    )
+    def a_person_issues_a_standing_grant(self, tool, most, uses, who) -> None:
+        count("standing grants issued")
+        expires_at = datetime.now(UTC) + timedelta(hours=1)
+        grant = services.standing_grant_issue(
+            services.StandingTerms(
+                tool=tool,
+                max_uses=uses,
+                expires_at=expires_at,
+                pins=[{"path": "/amount_cents", "op": "lte", "value": most}],
+            ),
+            user=self.world.approvers[who],
+            otp_verified=True,
+        )
+        assert grant.status == "active"
+        self.standing[grant.id] = {
+            "tool": tool,
+            "most": most,
+            "uses": uses,
+            "expires_at": expires_at,
+        }
+
+    @rule(data=st.data(), who=st.integers(0, 1))
+    def a_person_revokes_a_standing_grant(self, data, who) -> None:
+        if not self.standing:
+            return
+        grant = data.draw(st.sampled_from(sorted(self.standing)), label="standing grant")
+        services.standing_grant_revoke(
+            grant_id=grant, user=self.world.approvers[who], reason="enough"
+        )
+        del self.standing[grant]
 
     @rule(data=st.data(), lease=st.sampled_from([5, 60]))
     def claim(self, data, lease) -> None:
@@ -414,6 +581,87 @@ class Ledger(RuleBasedStateMachine):
                     op.arguments,
                     op.tool_version.number,
                 )
+
+    @invariant()
+    def nothing_an_active_forbid_matched_was_written(self) -> None:
+        keys = set(
+            Operation.objects.filter(runner=self.api.runner).values_list("operation_key", flat=True)
+        )
+        for attempt in self.attempts:
+            refused = (
+                attempt["status_code"] == 403
+                and attempt["answer"].get("code") == "forbidden_by_policy"
+            )
+            if _forbidden(attempt["tool"], attempt["arguments"], attempt["in_force"]):
+                count("stateful forbidden registrations")
+                assert refused, attempt
+                assert attempt["answer"]["policy"] == "fz-forbid", attempt
+                assert attempt["key"] not in keys, attempt
+            else:
+                assert not refused, attempt
+
+    def _covering_grant(self, op: Operation, attempt: dict) -> Grant | None:
+        """The grant for ``op``'s exact intent, if one was given and, when a standing
+        grant gave it, that one was live at the registration and covers the intent."""
+        grant = (
+            Grant.objects.filter(request__operation=op, intent_hash=op.intent_hash)
+            .order_by("created_at")
+            .first()
+        )
+        if grant is None:
+            return None
+        if grant.standing_grant_id is None:
+            # A person's grant: people approved this request.
+            assert Decision.objects.filter(
+                request_id=grant.request_id, decision=Decision.Verdict.APPROVE
+            ).exists(), (op.id, grant.id)
+            return grant
+        standing = StandingGrant.objects.get(pk=grant.standing_grant_id)
+        assert not attempt["asked"], ("the runner asked for a person", op.id, standing.id)
+        assert standing.id in attempt["live"], ("not live at registration", op.id, standing.id)
+        assert standing.family.includes(
+            tool=op.tool_id, principal=op.principal, run_id=op.run_id, arguments=op.arguments
+        ), ("outside its family", op.id, op.arguments, standing.pins)
+        return grant
+
+    @invariant()
+    def what_needed_approval_ran_only_on_a_grant_for_its_intent(self) -> None:
+        by_key = {attempt["key"]: attempt for attempt in self.attempts}
+        ops = Operation.objects.filter(
+            runner=self.api.runner, operation_key__in=list(by_key), attempts__gt=0
+        )
+        for op in ops:
+            attempt = by_key[op.operation_key]
+            amounts = [value for value in attempt["arguments"].values() if isinstance(value, int)]
+            needed = (
+                attempt["asked"]
+                or (op.tool_id == "pay" and max(amounts, default=0) > 500)
+                or _required_by_policy(op.tool_id, attempt["arguments"], attempt["in_force"])
+            )
+            if needed:
+                count("stateful approved claims")
+                assert self._covering_grant(op, attempt) is not None, (op.id, attempt)
+
+    @invariant()
+    def an_active_require_made_it_wait_unless_a_standing_grant_covered_it(self) -> None:
+        for attempt in self.attempts:
+            if "id" not in attempt["answer"] or not _required_by_policy(
+                attempt["tool"], attempt["arguments"], attempt["in_force"]
+            ):
+                continue
+            count("stateful registrations a policy asked for")
+            if attempt["answer"]["status"] == Status.AWAITING_APPROVAL:
+                continue
+            op = Operation.objects.get(pk=attempt["answer"]["id"])
+            grant = self._covering_grant(op, attempt)
+            assert grant is not None, attempt
+            assert grant.standing_grant_id is not None, attempt
+
+    @invariant()
+    def no_standing_grant_gave_more_than_its_uses(self) -> None:
+        for standing in StandingGrant.objects.filter(pk__in=list(self.standing)):
+            given = Grant.objects.filter(standing_grant=standing).count()
+            assert given <= self.standing[standing.id]["uses"], (standing.id, given)
 
     @invariant()
     def a_superseded_operation_never_runs_and_names_its_successor(self) -> None:

@@ -253,3 +253,69 @@ when { context.first_version && context.effect_class == "irreversible" };"""
     assert body["active"] is False
     assert "hold-irreversible" in body["weakens"][0]
     assert api.tool("lookup", contract("read_only"))["active"] is True
+
+
+RUN_BOUNDS = """@id("run-bounds")
+@message("This run has spent or talked enough")
+forbid(principal, action == Action::"register", resource)
+when { context.run.spend.greaterThan(decimal("1.0")) || context.run.turns > 3 };"""
+
+
+def test_a_policy_reads_the_runs_spend_and_turns_each_where_it_is(api):
+    """The lean registration path loads the run's counters by position: spend and turns
+    swapped made every registration of a run that had spent anything a 500."""
+    api.tool("refund")
+    in_force(RUN_BOUNDS)
+    run = api.run()
+    op = api.register(run, "refund", turn=2, claim={"lease_s": 30})
+    api.outcome(op["id"], 1, {"kind": "succeeded", "cost": 0.5})
+    # Spent 0.5 in two turns so far: below both bounds (the counters are the run's
+    # before this registration).
+    op = api.register(run, "refund", turn=3, claim={"lease_s": 30})
+    api.outcome(op["id"], 1, {"kind": "succeeded", "cost": 0.75})
+    body = api.register(run, "refund", turn=3, expect=403)
+    assert (body["code"], body["policy"]) == ("forbidden_by_policy", "run-bounds")
+    turns = api.run()
+    for turn in (1, 4):
+        assert api.register(turns, "refund", turn=turn)["status"] == "ready"
+    assert api.register(turns, "refund", turn=5, expect=403)["policy"] == "run-bounds"
+
+
+def test_a_typo_in_an_annotation_is_refused_and_nothing_is_written(db):
+    typo = BIG_REFUNDS.replace("@approval(", "@aproval(")
+    with pytest.raises(PolicyInvalid, match="Unknown annotation @aproval"):
+        services.policies.policy_write(user=steward(), text=typo)
+    assert not Policy.objects.exists()
+    assert not Event.objects.filter(stream__startswith="policy:").exists()
+
+
+OVER_100 = """@id("payouts-over-100")
+@message("Payouts over 100 need a person")
+forbid(principal, action == Action::"register", resource == Tool::"payout")
+when { context.arguments.amount.greaterThan(decimal("100.0")) };"""
+
+
+@pytest.mark.parametrize("when_missing", ["", '@when_missing("skip")\n'])
+def test_a_forbid_that_cannot_be_evaluated_asks_a_person_unless_it_skips(api, when_missing):
+    schema = {
+        "type": "object",
+        "required": ["amount"],
+        "properties": {"amount": {"type": "number"}},
+        "additionalProperties": False,
+    }
+    api.tool("payout", contract(input_schema=schema))
+    in_force(when_missing + OVER_100)
+    run = api.run()
+    assert api.register(run, "payout", {"amount": 500}, expect=403)["policy"] == (
+        "payouts-over-100"
+    )
+    # Five fractional digits: Cedar's decimal cannot hold the amount, so it is left out
+    # and the policy cannot tell.
+    op = api.register(run, "payout", {"amount": 500.12345})
+    if when_missing:
+        assert op["status"] == "ready"
+        return
+    assert op["status"] == "awaiting_approval"
+    request = ApprovalRequest.objects.get(operation_id=op["id"])
+    assert "Policy payouts-over-100 asks: Payouts over 100 need a person" in request.reason
+    assert "it could not be evaluated" in request.reason

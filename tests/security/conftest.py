@@ -70,3 +70,15 @@ def audit_verify(*args: str) -> tuple[int, str]:
 
 # The console's small world (two tools, operations of each) for pages to render.
 from tests.console.conftest import superuser, world  # noqa: E402, F401
+
+
+def steward(name: str | None = None):
+    """A person who may write, shadow, activate and retire policies."""
+    from django.contrib.auth.models import Permission
+
+    from tests.approvals.conftest import person
+
+    someone = person(**({"username": name} if name else {}))
+    someone.user_permissions.add(Permission.objects.get(codename="manage_policies"))
+    # Fetched again: the permission cache of the object above predates the grant.
+    return type(someone).objects.get(pk=someone.pk)

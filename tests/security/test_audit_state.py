@@ -23,13 +23,13 @@ from approvals.models import ApprovalRequest, Decision, Grant, StandingGrant
 from operations import audit, services
 from operations.canonical import sha256_hex
 from operations.errors import NotUnknown
-from operations.models import Event, Operation, Resolution, Run, Tool, ToolVersion
+from operations.models import Event, Operation, Policy, Resolution, Run, Tool, ToolVersion
 from operations.payloads import iso
 from operations.triggers import APPEND_ONLY_MODELS, ignored, trigger_uris, truncate_trigger_uris
 from tests.approvals.conftest import person
 from tests.conftest import contract, make_runner
 
-from .conftest import audit_verify, on_postgresql, postgresql_only
+from .conftest import audit_verify, on_postgresql, postgresql_only, steward
 
 
 def _anchor(*args: str) -> str:
@@ -254,6 +254,35 @@ def _rich_ledger(api) -> dict[str, str]:
     services.tool_version_activate(
         version=Tool.objects.get(pk="pay4").versions.get(number=weaker["version"]), user=admin
     )
+
+    # People's policies: a forbid in force that refused a registration, with a newer
+    # text watched in shadow; a policy that asked for a person, in force at its second
+    # text; one retired; one still a draft.
+    api.tool("refund", contract("irreversible"))
+    ann, bob = steward(), steward()
+    forbid = (
+        '@id("no-huge")\nforbid(principal, action == Action::"register", resource)\n'
+        "when { context.arguments has amount_cents && context.arguments.amount_cents > %d };"
+    )
+    services.policies.policy_write(user=ann, text=forbid % 500000)
+    services.policies.policy_activate(user=bob, policy_id="no-huge")
+    services.policies.policy_write(user=bob, text=forbid % 400000, shadow=True)
+    api.register(api.run(), "refund", {"payment_id": "p", "amount_cents": 600000}, expect=403)
+    ask = (
+        '@id("ask-big")\n@approval("required")\n'
+        'permit(principal, action == Action::"register", resource == Tool::"refund")\n'
+        "when { context.arguments.amount_cents > %d };"
+    )
+    services.policies.policy_write(user=ann, text=ask % 10000)
+    services.policies.policy_activate(user=bob, policy_id="ask-big")
+    services.policies.policy_write(user=bob, text=ask % 20000)
+    services.policies.policy_activate(user=ann, policy_id="ask-big")
+    op = api.register(api.run(), "refund", {"payment_id": "p", "amount_cents": 30000})
+    ids["policy_asked"] = op["id"]
+    services.policies.policy_write(user=ann, text=(ask % 1).replace("ask-big", "gone"))
+    services.policies.policy_activate(user=bob, policy_id="gone")
+    services.policies.policy_retire(user=ann, policy_id="gone", reason="no longer needed")
+    services.policies.policy_write(user=ann, text=(ask % 2).replace("ask-big", "draft"))
     return ids
 
 
@@ -275,6 +304,13 @@ def test_a_rich_clean_ledger_has_no_unexplained_row(api):
         "lease_expired": "ready",
         "standing_used": "succeeded",
         "standing_revoked": "awaiting_approval",
+        "policy_asked": "awaiting_approval",
+    }
+    assert dict(Policy.objects.values_list("pk", "state")) == {
+        "no-huge": "active",
+        "ask-big": "active",
+        "gone": "retired",
+        "draft": "draft",
     }
     assert set(StandingGrant.objects.values_list("status", flat=True)) == {"exhausted", "revoked"}
     assert set(ApprovalRequest.objects.values_list("status", flat=True)) == {
