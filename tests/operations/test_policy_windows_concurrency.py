@@ -6,10 +6,6 @@ Twenty registrations of one group race for a bound of fewer: exactly as many as 
 bound admits register ready, the others wait for a person, and all twenty are counted.
 """
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
-
-import httpx
 import pytest
 
 from approvals.models import ApprovalRequest
@@ -20,6 +16,7 @@ from tests.conftest import contract, make_runner
 from tests.operations.test_policies import in_force
 from tests.operations.test_policy_windows import SCHEMA
 from tests.support.db import skip_unless_postgresql
+from tests.support.race import race_registrations
 
 THREADS = 20
 
@@ -30,21 +27,6 @@ pytestmark = [
     ),
     pytest.mark.django_db(transaction=True),
 ]
-
-
-def _race(live_server, token: str, bodies: list[dict]) -> list[tuple[int, dict]]:
-    barrier = threading.Barrier(len(bodies))
-
-    def register(body: dict) -> tuple[int, dict]:
-        with httpx.Client(
-            base_url=live_server.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
-        ) as client:
-            barrier.wait()
-            response = client.post("/api/v1/operations", json=body)
-            return response.status_code, response.json()
-
-    with ThreadPoolExecutor(len(bodies)) as pool:
-        return list(pool.map(register, bodies))
 
 
 @pytest.mark.parametrize(
@@ -73,7 +55,7 @@ def test_twenty_racing_registrations_never_overshoot_a_window(live_server, bound
         for i in range(THREADS)
     ]
 
-    results = _race(live_server, api.token, bodies)
+    results = race_registrations(live_server, api.token, bodies)
 
     assert sorted(code for code, _ in results) == [201] * THREADS
     statuses = sorted(body["status"] for _, body in results)

@@ -8,7 +8,6 @@ a person, and the count, the grants and the events agree.
 """
 
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from decimal import Decimal
 
@@ -23,6 +22,7 @@ from operations.models import Event, Operation
 from tests.approvals.conftest import person
 from tests.conftest import contract, make_runner
 from tests.support.db import skip_unless_postgresql
+from tests.support.race import race_registrations
 
 THREADS = 20
 
@@ -33,21 +33,6 @@ pytestmark = [
     ),
     pytest.mark.django_db(transaction=True),
 ]
-
-
-def _race(live_server, token: str, bodies: list[dict]) -> list[tuple[int, dict]]:
-    barrier = threading.Barrier(len(bodies))
-
-    def register(body: dict) -> tuple[int, dict]:
-        with httpx.Client(
-            base_url=live_server.url, headers={"Authorization": f"Bearer {token}"}, timeout=60
-        ) as client:
-            barrier.wait()
-            response = client.post("/api/v1/operations", json=body)
-            return response.status_code, response.json()
-
-    with ThreadPoolExecutor(len(bodies)) as pool:
-        return list(pool.map(register, bodies))
 
 
 @pytest.mark.parametrize(
@@ -83,7 +68,7 @@ def test_twenty_racing_registrations_never_overspend_a_standing_grant(
         for i in range(THREADS)
     ]
 
-    results = _race(live_server, api.token, bodies)
+    results = race_registrations(live_server, api.token, bodies)
 
     assert sorted(code for code, _ in results) == [201] * THREADS
     statuses = sorted(body["status"] for _, body in results)
