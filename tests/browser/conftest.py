@@ -76,6 +76,15 @@ def login(page: Page, user: Any, password: str) -> None:
     page.wait_for_load_state()
 
 
+def signed_in_page(browser: Browser, live_server: Any, user: Any, password: str) -> Page:
+    """A second person's page: a browser context of its own, signed in as ``user``."""
+    context = browser.new_context(base_url=live_server.url)
+    context.set_default_timeout(10_000)
+    page = context.new_page()
+    login(page, user, password)
+    return page
+
+
 def axe(page: Page, impacts: frozenset[str] = BLOCKING_IMPACTS) -> list[dict[str, Any]]:
     """Run axe-core on the current page and return violations of the given impacts.
 

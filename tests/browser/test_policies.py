@@ -9,13 +9,13 @@ import re
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import expect
 
 from operations.models import Policy
 from operations.services import policies
 from tests.conftest import contract, make_runner
 
-from .conftest import axe, axe_summary, login
+from .conftest import axe, axe_summary, login, signed_in_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -41,14 +41,6 @@ def _steward(name: str):
     user = get_user_model().objects.create_user(name, password=PASSWORD)
     user.user_permissions.add(Permission.objects.get(codename="manage_policies"))
     return user
-
-
-def _second_person(browser: Browser, live_server, user) -> Page:
-    context = browser.new_context(base_url=live_server.url)
-    context.set_default_timeout(10_000)
-    page = context.new_page()
-    login(page, user, PASSWORD)
-    return page
 
 
 def test_write_shadow_simulate_and_activate_with_four_eyes_then_retire(page, browser, live_server):
@@ -97,7 +89,7 @@ def test_write_shadow_simulate_and_activate_with_four_eyes_then_retire(page, bro
     ] in ("ready", "executing")
 
     # Bob reads what activating changes and activates it.
-    other = _second_person(browser, live_server, bob)
+    other = signed_in_page(browser, live_server, bob, PASSWORD)
     other.get_by_role("link", name="Policies").click()
     other.get_by_role("link", name="no-huge").click()
     diff = other.locator("#diff")

@@ -7,13 +7,13 @@ import re
 import pytest
 from django.contrib.auth import get_user_model
 from guardian.shortcuts import assign_perm
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import expect
 
 from approvals.models import StandingGrant
 from operations.models import Tool
 from tests.conftest import contract, make_runner
 
-from .conftest import axe, axe_summary, login
+from .conftest import axe, axe_summary, login, signed_in_page
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -24,14 +24,6 @@ def _decider(name: str):
     user = get_user_model().objects.create_user(name, password=PASSWORD)
     assign_perm("operations.decide_tool", user, Tool.objects.get(pk="send_refund"))
     return user
-
-
-def _second_person(browser: Browser, live_server, user) -> Page:
-    context = browser.new_context(base_url=live_server.url)
-    context.set_default_timeout(10_000)
-    page = context.new_page()
-    login(page, user, PASSWORD)
-    return page
 
 
 def test_issue_use_up_and_revoke_a_standing_grant(page, browser, live_server):
@@ -71,7 +63,7 @@ def test_issue_use_up_and_revoke_a_standing_grant(page, browser, live_server):
     ] == ("awaiting_approval")
 
     # Bob finds it in the navigation and signs: it takes effect.
-    other = _second_person(browser, live_server, bob)
+    other = signed_in_page(browser, live_server, bob, PASSWORD)
     other.get_by_role("link", name="Standing grants").click()
     other.get_by_role("link", name=grant.id).click()
     violations = axe(other)
