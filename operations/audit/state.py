@@ -1,116 +1,54 @@
 """The ledger state the events explain (see the package's docstring)."""
 
-import json
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from itertools import islice
+from collections.abc import Iterator
+from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
 
 from django.db.models import (
     Exists,
     F,
-    IntegerField,
-    JSONField,
     OuterRef,
     Q,
-    QuerySet,
     Subquery,
     Value,
 )
-from django.db.models.fields.json import KT, KeyTextTransform, KeyTransform
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import Concat
 
 from approvals.models import (
     ApprovalRequest,
     Decision,
     Grant,
-    StandingGrant,
-    StandingGrantSignature,
 )
 
-from ..canonical import intent_hash, sha256_hex
+from ..canonical import intent_hash
 from ..contracts import concurrency_value
 from ..machine import EventKind
 from ..models import (
     Event,
     Operation,
-    Policy,
-    PolicyVersion,
     Resolution,
     ResolutionReview,
-    Run,
-    Tool,
-    ToolVersion,
 )
 from ..payloads import iso
 from ..services.terms import (
-    RUN_BUDGET_COLUMNS,
     approval_terms,
-    money_text,
-    run_budgets,
-    run_terms,
-    standing_grant_terms,
 )
 from .chains import CHUNK
-
-
-@dataclass(frozen=True)
-class Unexplained:
-    """A state row that no event explains: which row, and what is missing."""
-
-    model: str
-    pk: str
-    problem: str
-
-    def describe(self) -> str:
-        return f"{self.model} {self.pk}: {self.problem}"
-
-
-class _Count(Subquery):
-    """The number of rows of a subquery, as a column of the outer query."""
-
-    template = "(SELECT COUNT(*) FROM (%(subquery)s) _counted)"
-    output_field = IntegerField()
-
-
-def _events(kinds: EventKind | tuple[EventKind, ...], *, stream: Any, **data: Any) -> QuerySet:
-    """Events of ``kinds`` in ``stream`` whose data holds each of ``data`` (compared as
-    text, the form of the ids the services write there)."""
-    queryset = Event.objects.filter(
-        stream=stream, kind__in=(kinds,) if isinstance(kinds, str) else kinds
-    )
-    for key, value in data.items():
-        queryset = queryset.alias(**{f"data_{key}": KT(f"data__{key}")}).filter(
-            **{f"data_{key}": value}
-        )
-    return queryset
-
-
-def _first_data(queryset: QuerySet) -> Subquery:
-    return Subquery(queryset.values("data")[:1], output_field=JSONField())
-
-
-def _same_time(recorded: Any, value: datetime | None) -> bool:
-    """Whether an event's timestamp (RFC 3339 text in its data) is ``value``."""
-    if not isinstance(recorded, str) or value is None:
-        return recorded is None and value is None
-    try:
-        return datetime.fromisoformat(recorded) == value
-    except ValueError:
-        return False
-
-
-def _shown(value: Any) -> str:
-    """A value of a row or of an event's data in a problem's sentence, as JSON."""
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def _batches(rows: Iterable[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
-    iterator = iter(rows)
-    while batch := list(islice(iterator, CHUNK)):
-        yield batch
+from .policies import _policies
+from .rows import (
+    Unexplained,
+    _batches,
+    _Count,
+    _differences,
+    _events,
+    _first_data,
+    _same_time,
+    _shown,
+)
+from .standing import _signers, _standing_grants
+from .streams import _runs, _tools
 
 
 def _decisions() -> Iterator[Unexplained]:
@@ -206,16 +144,6 @@ def _opened_with(row: dict[str, Any]) -> tuple[dict[str, Any], str]:
     return derived, f"its contract version and its {kind} event's time give"
 
 
-def _differences(mine: dict[str, Any], theirs: dict[str, Any], source: str) -> str | None:
-    """Each column of ``mine`` (a row's terms) that ``theirs`` (a record) holds otherwise."""
-    differ = [
-        f"its {key} is {_shown(value)}, but {source} {_shown(theirs[key])}"
-        for key, value in mine.items()
-        if key in theirs and theirs[key] != value
-    ]
-    return "; ".join(differ) or None
-
-
 def _approvers(request_ids: list[str]) -> dict[str, list[int]]:
     """The people whose approving decisions each of ``request_ids`` holds, sorted."""
     found: dict[str, list[int]] = {}
@@ -224,17 +152,6 @@ def _approvers(request_ids: list[str]) -> dict[str, list[int]]:
     ).values_list("request_id", "user_id")
     for request_id, user_id in approving.order_by("request_id", "user_id"):
         found.setdefault(request_id, []).append(user_id)
-    return found
-
-
-def _signers(grant_ids: list[str]) -> dict[str, list[int]]:
-    """The people who signed each of the standing grants ``grant_ids``, sorted."""
-    found: dict[str, list[int]] = {}
-    signatures = StandingGrantSignature.objects.filter(grant_id__in=grant_ids)
-    for grant_id, user_id in signatures.values_list("grant_id", "user_id").order_by(
-        "grant_id", "user_id"
-    ):
-        found.setdefault(grant_id, []).append(user_id)
     return found
 
 
@@ -339,98 +256,6 @@ def _grants() -> Iterator[Unexplained]:
 
 
 # The columns of a standing grant that ``services.terms.standing_grant_terms`` reads.
-STANDING_TERM_COLUMNS = (
-    "tool",
-    "principal",
-    "run_id",
-    "pins",
-    "max_uses",
-    "sum_path",
-    "max_sum",
-    "expires_at",
-    "approvals_required",
-)
-
-
-def _standing_grant_problem(row: dict[str, Any]) -> str | None:
-    issued = row["issued"] if isinstance(row["issued"], dict) else None
-    if issued is None or not isinstance(issued.get("terms"), dict):
-        return "its stream does not start with the standing_grant_issued event that issued it"
-    terms = standing_grant_terms(
-        SimpleNamespace(**{column: row[column] for column in STANDING_TERM_COLUMNS})
-    )
-    differs = _differences(terms, issued["terms"], "its standing_grant_issued event says")
-    if differs:
-        return differs
-    if row["status"] != row["last_to"]:
-        return f"its status is {row['status']}, but its last event left it {row['last_to']}"
-    if row["uses"] != row["used_events"]:
-        return (
-            f"it counts {row['uses']} uses, but {row['used_events']} standing_grant_used "
-            "events record one"
-        )
-    if row["sum_path"] and money_text(row["sum_used"]) != (row["last_sum"] or "0.000000"):
-        return (
-            f"its sum_used is {money_text(row['sum_used'])}, but its last standing_grant_used "
-            f"event left it {row['last_sum']}"
-        )
-    if row["signature_rows"] != row["signing_events"]:
-        return (
-            f"it has {row['signature_rows']} signatures, but {row['signing_events']} "
-            "standing_grant_issued and standing_grant_signed events"
-        )
-    if row["activated"] and row["signature_rows"] < row["approvals_required"]:
-        return (
-            f"it was activated on {row['signature_rows']} signatures, but was issued "
-            f"requiring {row['approvals_required']}"
-        )
-    return None
-
-
-def _standing_grants() -> Iterator[Unexplained]:
-    """Every standing grant's stream starts with the ``standing_grant_issued`` event
-    whose terms are its columns (the family, the limits, the expiry, the quorum); its
-    status is the one its last event left; it counts one use per
-    ``standing_grant_used`` event, and the sum the last one left; it has one signature
-    per ``standing_grant_issued`` and ``standing_grant_signed`` event, and, once
-    activated, at least as many as its quorum."""
-    stream = Concat(Value("sgr:"), OuterRef("pk"))
-    events = Event.objects.filter(stream=stream)
-    used = _events(EventKind.STANDING_GRANT_USED, stream=stream)
-    rows = StandingGrant.objects.annotate(
-        issued=_first_data(events.filter(seq=1, kind=EventKind.STANDING_GRANT_ISSUED)),
-        last_to=Subquery(events.order_by("-seq").values("to_status")[:1]),
-        used_events=_Count(used.values("pk")),
-        last_sum=Subquery(used.order_by("-seq").values(text=KT("data__sum_used"))[:1]),
-        signing_events=_Count(
-            _events(
-                (EventKind.STANDING_GRANT_ISSUED, EventKind.STANDING_GRANT_SIGNED), stream=stream
-            ).values("pk")
-        ),
-        activated=Exists(_events(EventKind.STANDING_GRANT_ACTIVATED, stream=stream)),
-        signature_rows=_Count(
-            StandingGrantSignature.objects.filter(grant=OuterRef("pk")).values("pk")
-        ),
-    ).values(
-        "pk",
-        "status",
-        "uses",
-        "sum_used",
-        "issued",
-        "last_to",
-        "used_events",
-        "last_sum",
-        "signing_events",
-        "activated",
-        "signature_rows",
-        *STANDING_TERM_COLUMNS,
-    )
-    for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
-        problem = _standing_grant_problem(row)
-        if problem:
-            yield Unexplained("approvals.StandingGrant", row["pk"], problem)
-
-
 REQUEST_STATUS_AFTER = {
     EventKind.GRANTED: ApprovalRequest.RequestStatus.APPROVED,
     EventKind.REJECTED: ApprovalRequest.RequestStatus.REJECTED,
@@ -766,241 +591,6 @@ def _operations() -> Iterator[Unexplained]:
             problem = f"it counts {row['attempts']} attempts, but {row['claims']} claimed events"
         if problem:
             yield Unexplained("operations.Operation", row["pk"], problem)
-
-
-def _created_with(row: dict[str, Any]) -> tuple[dict[str, Any], str]:
-    """The budgets a run was created with, and what says so: its ``run_created``
-    event's ``terms`` (``services.terms.run_terms``), or for an event written before
-    they were recorded there, the columns its ``budgets`` (as the runner sent them) set
-    at the event's time (``services.terms.run_budgets``)."""
-    created = row["created"]
-    if isinstance(created.get("terms"), dict):
-        return created["terms"], "its run_created event opened it with"
-    budgets = created.get("budgets")
-    try:
-        derived = run_terms(SimpleNamespace(**run_budgets(budgets, now=row["created_event_at"])))
-    except (AttributeError, TypeError, ValueError, ArithmeticError):
-        # A forged event's budgets that no run could have been created with.
-        derived = dict.fromkeys(RUN_BUDGET_COLUMNS, _shown(budgets))
-    return derived, "its run_created event's budgets give"
-
-
-def _runs() -> Iterator[Unexplained]:
-    """Every run's stream starts with ``run_created``, written by the run's runner for
-    its principal; its budgets are the ones that event opened it with; its status is
-    the last ``to``."""
-    events = Event.objects.filter(stream=OuterRef("pk"))
-    created = events.filter(seq=1, kind=EventKind.RUN_CREATED)
-    rows = Run.objects.annotate(
-        first_kind=Subquery(events.filter(seq=1).values("kind")[:1]),
-        last_to=Subquery(events.order_by("-seq").values("to_status")[:1]),
-        created=_first_data(created),
-        created_event_at=Subquery(created.values("at")[:1]),
-        created_by=Subquery(created.values("actor_runner_id")[:1]),
-    ).values(
-        "pk",
-        "status",
-        "runner_id",
-        "principal",
-        *RUN_BUDGET_COLUMNS,
-        "first_kind",
-        "last_to",
-        "created",
-        "created_event_at",
-        "created_by",
-    )
-    for row in rows.order_by("pk").iterator(chunk_size=CHUNK):
-        problem = None
-        if row["first_kind"] != EventKind.RUN_CREATED or not isinstance(row["created"], dict):
-            problem = "its stream does not start with run_created"
-        elif row["created_by"] != row["runner_id"]:
-            problem = (
-                f"its runner_id is {_shown(row['runner_id'])}, but its run_created event "
-                f"was written by runner {_shown(row['created_by'])}"
-            )
-        elif row["created"].get("principal") != row["principal"]:
-            problem = (
-                f"its principal is {_shown(row['principal'])}, but its run_created event "
-                f"says {_shown(row['created'].get('principal'))}"
-            )
-        elif row["status"] != row["last_to"]:
-            problem = f"its status is {row['status']}, but its last event left it {row['last_to']}"
-        else:
-            mine = run_terms(SimpleNamespace(**{key: row[key] for key in RUN_BUDGET_COLUMNS}))
-            problem = _differences(mine, *_created_with(row))
-        if problem:
-            yield Unexplained("operations.Run", row["pk"], problem)
-
-
-def _tools() -> Iterator[Unexplained]:
-    """Every contract version is the one its ``contract_registered`` event hashed, and
-    a tool's active version is the one its last activating event (a registration that
-    activated, or a person's activation) named."""
-    activating = Q(kind=EventKind.CONTRACT_ACTIVATED) | Q(
-        kind=EventKind.CONTRACT_REGISTERED, data__active=True
-    )
-    for tool in (
-        Tool.objects.order_by("pk")
-        .values("pk", "active_version__number")
-        .iterator(chunk_size=CHUNK)
-    ):
-        events = Event.objects.filter(stream=f"tool:{tool['pk']}")
-        registered = {
-            data.get("version"): data.get("contract_hash")
-            for data in events.filter(kind=EventKind.CONTRACT_REGISTERED).values_list(
-                "data", flat=True
-            )
-        }
-        versions = ToolVersion.objects.filter(tool_id=tool["pk"]).order_by("number")
-        for version in versions.values("pk", "number", "contract", "contract_hash").iterator(
-            chunk_size=CHUNK
-        ):
-            try:
-                recomputed = sha256_hex(version["contract"])
-            except ValueError:  # see _recomputed_intent
-                recomputed = version["contract_hash"]
-            if registered.get(version["number"]) != version["contract_hash"]:
-                problem = "its contract_hash is not the one its contract_registered event holds"
-            elif recomputed != version["contract_hash"]:
-                problem = "its contract is not the one its contract_hash was computed over"
-            else:
-                continue
-            yield Unexplained(
-                "operations.ToolVersion", f"{tool['pk']} v{version['number']}", problem
-            )
-        last = events.filter(activating).order_by("-seq").values_list("data", flat=True).first()
-        named = last.get("version") if last else None
-        if named != tool["active_version__number"]:
-            yield Unexplained(
-                "operations.Tool",
-                tool["pk"],
-                f"its active version is {tool['active_version__number']}, but its last "
-                f"activating event named {named}",
-            )
-
-
-@dataclass
-class _PolicyReplay:
-    """What a policy's events leave it: its state, the versions in force and watched,
-    each version's ``policy_written`` event (its text hash and author), and each
-    activation (the version, the person, the text hash it named)."""
-
-    state: str | None = None
-    active: int | None = None
-    shadow: int | None = None
-    written: dict[Any, tuple[Any, int | None]] = field(default_factory=dict)
-    activations: list[tuple[Any, int | None, Any]] = field(default_factory=list)
-
-    def settle(self) -> None:
-        """The state any change but a retirement leaves (``services.policies._state_of``)."""
-        if self.active is not None:
-            self.state = Policy.State.ACTIVE
-        elif self.shadow is not None:
-            self.state = Policy.State.SHADOW
-        else:
-            self.state = Policy.State.DRAFT
-
-
-def _policy_replay(policy_id: str) -> _PolicyReplay:
-    """Replay the stream ``policy:<id>`` the way ``services.policies`` writes it; events
-    of other kinds on it (what a shadow policy would have done) change nothing."""
-    replay = _PolicyReplay()
-    events = Event.objects.filter(stream=f"policy:{policy_id}").order_by("seq")
-    for kind, data, user_id in events.values_list("kind", "data", "actor_user_id").iterator(
-        chunk_size=CHUNK
-    ):
-        data = data if isinstance(data, dict) else {}
-        version = data.get("version")
-        if kind == EventKind.POLICY_WRITTEN:
-            replay.written[version] = (data.get("text_hash"), user_id)
-            replay.settle()
-        elif kind == EventKind.POLICY_SHADOWED:
-            replay.shadow = version
-            replay.settle()
-        elif kind == EventKind.POLICY_ACTIVATED:
-            replay.activations.append((version, user_id, data.get("text_hash")))
-            replay.active = version
-            # Activating a version stops watching it and any older one.
-            if replay.shadow is not None and isinstance(version, int) and replay.shadow <= version:
-                replay.shadow = None
-            replay.settle()
-        elif kind == EventKind.POLICY_RETIRED:
-            replay.active = replay.shadow = None
-            replay.state = Policy.State.RETIRED
-    return replay
-
-
-def _policy_version_problem(version: dict[str, Any], replay: _PolicyReplay) -> str | None:
-    written = replay.written.get(version["number"])
-    if written is None:
-        return "no policy_written event wrote it"
-    text_hash, writer = written
-    if text_hash != version["text_hash"]:
-        return (
-            f"its text_hash is {_shown(version['text_hash'])}, but its policy_written event "
-            f"says {_shown(text_hash)}"
-        )
-    if sha256_hex(version["text"]) != version["text_hash"]:
-        return "its text is not the one its text_hash was computed over"
-    if writer != version["written_by_id"]:
-        return (
-            f"its author is user {version['written_by_id']}, but its policy_written event "
-            f"was written by user {_shown(writer)}"
-        )
-    for number, activator, activated_hash in replay.activations:
-        if number != version["number"]:
-            continue
-        if activator is None:
-            return "a policy_activated event put it in force, but no person did"
-        if activator == version["written_by_id"]:
-            return (
-                f"a policy_activated event by user {activator}, its author, put it in force: "
-                "activating needs a second person"
-            )
-        if activated_hash != version["text_hash"]:
-            return "a policy_activated event put another text of it in force"
-    return None
-
-
-def _policies() -> Iterator[Unexplained]:
-    """Every policy's state, version in force and version watched are those its
-    stream's events leave (``services.policies``); each of its versions has the
-    ``policy_written`` event that wrote it, by its author, with its text's hash, and the
-    text still hashes to it; every version put in force was put there by someone other
-    than its author (four eyes)."""
-    rows = Policy.objects.order_by("pk").values(
-        "pk", "state", "active_version__number", "shadow_version__number"
-    )
-    for row in rows.iterator(chunk_size=CHUNK):
-        replay = _policy_replay(row["pk"])
-        versions = list(
-            PolicyVersion.objects.filter(policy_id=row["pk"])
-            .order_by("number")
-            .values("number", "text", "text_hash", "written_by_id")
-        )
-        for version in versions:
-            problem = _policy_version_problem(version, replay)
-            if problem:
-                yield Unexplained(
-                    "operations.PolicyVersion", f"{row['pk']} v{version['number']}", problem
-                )
-        problem = None
-        if replay.state is None:
-            problem = "its stream has no policy_written event"
-        elif row["state"] != replay.state:
-            problem = f"its state is {row['state']}, but its events leave it {replay.state}"
-        elif row["active_version__number"] != replay.active:
-            problem = (
-                f"its active version is {_shown(row['active_version__number'])}, but its "
-                f"events leave {_shown(replay.active)} in force"
-            )
-        elif row["shadow_version__number"] != replay.shadow:
-            problem = (
-                f"its shadow version is {_shown(row['shadow_version__number'])}, but its "
-                f"events leave {_shown(replay.shadow)} watched"
-            )
-        if problem:
-            yield Unexplained("operations.Policy", row["pk"], problem)
 
 
 def _escalations() -> Iterator[Unexplained]:
