@@ -156,8 +156,9 @@ POLICIES = {
 forbid(principal, action == Action::"register", resource == Tool::"undo")
 when {{ context.arguments.amount_cents > {FORBID_ABOVE} }};""",
     "fz-require": f"""@id("fz-require")
-@message("Idempotent calls above {REQUIRE_ABOVE} need a person")
+@message("Idempotent calls above {REQUIRE_ABOVE} need two people")
 @approval("required")
+@approvals_required("2")
 permit(principal, action == Action::"register", resource == Tool::"idem")
 when {{ context.arguments has amount_cents &&
        context.arguments.amount_cents > {REQUIRE_ABOVE} }};""",
@@ -177,6 +178,10 @@ def _forbidden(tool: str, arguments: dict, in_force: frozenset[str]) -> bool:
         and tool == "undo"
         and arguments.get("amount_cents", 0) > FORBID_ABOVE
     )
+
+
+# The quorum fz-require asks for; the contracts ask for one.
+POLICY_QUORUM = 2
 
 
 def _required_by_policy(tool: str, arguments: dict, in_force: frozenset[str]) -> bool:
@@ -234,6 +239,7 @@ class Ledger(RuleBasedStateMachine):
         # in force and live then.
         self.in_force: set[str] = set()
         self.standing: dict[str, dict] = {}
+        self.quorums: dict[str, int] = {}
         self.attempts: list[dict] = []
         policies.forget()
 
@@ -330,20 +336,17 @@ class Ledger(RuleBasedStateMachine):
         count("contract changes")
         self._ok(self.api.put("/api/v1/tools/pay", rewrite))
 
-    @initialize(
-        chosen=st.sets(st.sampled_from(sorted(POLICIES))),
-        grants=st.lists(
-            st.tuples(st.sampled_from(STANDING_TOOLS), st.sampled_from(STANDING_PINS)),
-            max_size=2,
-        ),
-    )
-    def people_start_with_policies_and_standing_grants(self, chosen, grants) -> None:
-        # Policies in force and standing grants live from the first step in most
-        # examples: registrations under them are what the invariants of both need.
-        for policy in sorted(chosen):
-            self.stewards_put_a_policy_in_force(policy, author=0, activator=1)
-        for tool, most in grants:
-            self.a_person_issues_a_standing_grant(tool, most, uses=2, who=0)
+    @initialize(absent=st.sampled_from([None, *sorted(POLICIES)]))
+    def people_start_with_policies_and_standing_grants(self, absent) -> None:
+        # Every example starts with policies in force (all, or all but one) and a
+        # standing grant for each guarded tool: the registrations under them are what
+        # the invariants of both need, and a derandomized run must meet them every time.
+        # The rules then retire, activate, issue and revoke.
+        for policy in sorted(POLICIES):
+            if policy != absent:
+                self.stewards_put_a_policy_in_force(policy, author=0, activator=1)
+        self.people_issue_a_standing_grant("idem", REQUIRE_ABOVE + 1, uses=3, quorum=2, who=0)
+        self.people_issue_a_standing_grant("pay", FORBID_ABOVE, uses=2, quorum=1, who=1)
 
     @rule(data=st.data(), burst=st.integers(1, 3))
     def register_around_the_policy_bounds(self, data, burst) -> None:
@@ -385,22 +388,30 @@ class Ledger(RuleBasedStateMachine):
         tool=st.sampled_from(STANDING_TOOLS),
         most=st.sampled_from(STANDING_PINS),
         uses=st.integers(1, 3),
+        quorum=st.integers(1, 2),
         who=st.integers(0, 1),
     )
-    def a_person_issues_a_standing_grant(self, tool, most, uses, who) -> None:
+    def people_issue_a_standing_grant(self, tool, most, uses, quorum, who) -> None:
+        """One person issues, and with a quorum of two the other signs."""
         count("standing grants issued")
         expires_at = datetime.now(UTC) + timedelta(hours=1)
+        issuer, other = self.world.approvers[who], self.world.approvers[1 - who]
         grant = services.standing_grant_issue(
             services.StandingTerms(
                 tool=tool,
                 max_uses=uses,
                 expires_at=expires_at,
                 pins=[{"path": "/amount_cents", "op": "lte", "value": most}],
+                approvals_required=quorum,
             ),
-            user=self.world.approvers[who],
+            user=issuer,
             otp_verified=True,
         )
-        assert grant.status == "active"
+        if quorum == 2:
+            assert grant.status == "proposed"
+            services.standing_grant_sign(grant_id=grant.id, user=other, otp_verified=True)
+        assert StandingGrant.objects.get(pk=grant.id).status == "active"
+        self.quorums[grant.id] = quorum
         self.standing[grant.id] = {
             "tool": tool,
             "most": most,
@@ -600,10 +611,32 @@ class Ledger(RuleBasedStateMachine):
             else:
                 assert not refused, attempt
 
-    def _covering_grant(self, op: Operation, attempt: dict) -> Grant | None:
-        """The grant for ``op``'s exact intent, if one was given and, when a standing
-        grant gave it, that one was live at the registration and covers the intent."""
-        grant = (
+    @invariant()
+    def every_use_of_a_standing_grant_was_one_people_signed_for(self) -> None:
+        # Claimed or not: the use itself approved the intent.
+        by_key = {attempt["key"]: attempt for attempt in self.attempts}
+        used = Grant.objects.filter(
+            request__operation__runner=self.api.runner,
+            request__operation__operation_key__in=list(by_key),
+            standing_grant__isnull=False,
+        ).select_related("request__operation")
+        for grant in used:
+            op = grant.request.operation
+            count("stateful standing grant uses")
+            self._covering_grant(op, by_key[op.operation_key], grant=grant)
+
+    def _covering_grant(
+        self, op: Operation, attempt: dict, grant: Grant | None = None
+    ) -> Grant | None:
+        """The grant for ``op``'s exact intent, if one was given on the quorum the
+        policies in force asked for, by people or by a standing grant that was live at
+        the registration, covers the intent and was signed by as many."""
+        quorum = (
+            POLICY_QUORUM
+            if _required_by_policy(op.tool_id, attempt["arguments"], attempt["in_force"])
+            else 1
+        )
+        grant = grant or (
             Grant.objects.filter(request__operation=op, intent_hash=op.intent_hash)
             .order_by("created_at")
             .first()
@@ -611,17 +644,20 @@ class Ledger(RuleBasedStateMachine):
         if grant is None:
             return None
         if grant.standing_grant_id is None:
-            # A person's grant: people approved this request.
-            assert Decision.objects.filter(
+            # A person's grant: as many people as the quorum approved this request.
+            approving = Decision.objects.filter(
                 request_id=grant.request_id, decision=Decision.Verdict.APPROVE
-            ).exists(), (op.id, grant.id)
+            )
+            assert approving.count() >= quorum, (op.id, grant.id, quorum)
             return grant
+        assert grant.intent_hash == op.intent_hash, (op.id, grant.id)
         standing = StandingGrant.objects.get(pk=grant.standing_grant_id)
         assert not attempt["asked"], ("the runner asked for a person", op.id, standing.id)
         assert standing.id in attempt["live"], ("not live at registration", op.id, standing.id)
         assert standing.family.includes(
             tool=op.tool_id, principal=op.principal, run_id=op.run_id, arguments=op.arguments
         ), ("outside its family", op.id, op.arguments, standing.pins)
+        assert self.quorums[standing.id] >= quorum, ("signed by fewer", op.id, standing.id)
         return grant
 
     @invariant()
