@@ -346,6 +346,14 @@ class Ledger(RuleBasedStateMachine):
         for policy in sorted(POLICIES):
             if policy != absent:
                 self.stewards_put_a_policy_in_force(policy, author=0, activator=1)
+        # The first to expire, so the first a use would take: revoked at once, it must
+        # cover nothing.
+        self.people_issue_a_standing_grant("idem", REQUIRE_ABOVE + 1, uses=3, quorum=2, who=1)
+        revoked = next(iter(self.standing))
+        services.standing_grant_revoke(
+            grant_id=revoked, user=self.world.approvers[0], reason="stale"
+        )
+        del self.standing[revoked]
         self.people_issue_a_standing_grant("idem", REQUIRE_ABOVE + 1, uses=3, quorum=quorum, who=0)
         self.people_issue_a_standing_grant("pay", FORBID_ABOVE, uses=2, quorum=1, who=1)
 
