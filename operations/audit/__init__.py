@@ -6,14 +6,16 @@
    inserting one or reordering them breaks the chain at that point. Events are read in
    (stream, seq) order through a database cursor, one chunk at a time, keeping only the
    current stream's last hash: memory stays bounded whatever the size of the table.
-2. ``state_verify``: the rows that decide what may run (decisions, grants, approval
-   requests, resolutions and their reviews, operations, runs, tools) follow from the
-   events, down to the columns that are not statuses (a quorum, an expiry, an escalation
-   group, a budget), which the event that opens the row records (``services.terms``).
-   Every transition writes its event beside the row it changes, in the same
-   transaction; a row no event explains was written around the services, e.g. by SQL
-   sent with the application's credentials. Each model is read in primary-key order,
-   in chunks, with the events it needs looked up by correlated subqueries.
+2. ``state_verify``: the rows that decide what may run (decisions, grants, standing
+   grants, approval requests, resolutions and their reviews, operations, runs, tools,
+   people's policies) follow from the events, down to the columns that are not
+   statuses (a quorum, an expiry, an escalation group, a budget), which the event that
+   opens the row records (``services.terms``). Every transition writes its event beside
+   the row it changes, in the same transaction; a row no event explains was written
+   around the services, e.g. by SQL sent with the application's credentials. Each model
+   is read in primary-key order, in chunks, with the events it needs looked up by
+   correlated subqueries; a policy's few events are replayed in order, one stream at a
+   time.
 3. ``Anchor``: the chain heads as of a time, as a short string kept outside the
    database. A later pass recomputes the heads as of the same time; a truncated table
    or a rewritten chain no longer gives the same string, while events appended since
