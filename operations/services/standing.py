@@ -60,6 +60,29 @@ def stream_of(grant: StandingGrant) -> str:
     return f"sgr:{grant.id}"
 
 
+def grant_event(
+    grant: StandingGrant,
+    kind: EventKind,
+    *,
+    actor: Actor,
+    from_status: str = "",
+    to_status: str = "",
+    data: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> None:
+    """One event on the standing grant's own stream (``sgr:<id>``)."""
+    event_append(
+        stream=stream_of(grant),
+        kind=kind,
+        actor=actor,
+        tool_name=grant.tool,
+        from_status=from_status,
+        to_status=to_status,
+        data=data,
+        now=now,
+    )
+
+
 @dataclass(frozen=True)
 class StandingTerms:
     """What a person asks for when issuing a standing grant (docs/policies.md).
@@ -167,11 +190,10 @@ def _signed(grant: StandingGrant, *, activated: bool, actor: Actor, now: datetim
     """After a signature: the grant becomes active when it met its quorum."""
     if not activated:
         return
-    event_append(
-        stream=stream_of(grant),
-        kind=EventKind.STANDING_GRANT_ACTIVATED,
+    grant_event(
+        grant,
+        EventKind.STANDING_GRANT_ACTIVATED,
         actor=actor,
-        tool_name=grant.tool,
         from_status=GrantStatus.PROPOSED,
         to_status=GrantStatus.ACTIVE,
         data={"signed_by": approval_services.standing_grant_signers(grant)},
@@ -216,11 +238,10 @@ def standing_grant_issue_locked(
         now=now,
     )
     actor = Actor.of_user(user)
-    event_append(
-        stream=stream_of(grant),
-        kind=EventKind.STANDING_GRANT_ISSUED,
+    grant_event(
+        grant,
+        EventKind.STANDING_GRANT_ISSUED,
         actor=actor,
-        tool_name=grant.tool,
         to_status=GrantStatus.PROPOSED,
         data={"terms": standing_grant_terms(grant), "from_approval": approval_id or None},
         now=now,
@@ -256,11 +277,10 @@ def _expire_locked(grant: StandingGrant, *, now: datetime) -> bool:
     previous = approval_services.standing_grant_expire(grant=grant, now=now)
     if previous is None:
         return False
-    event_append(
-        stream=stream_of(grant),
-        kind=EventKind.STANDING_GRANT_EXPIRED,
+    grant_event(
+        grant,
+        EventKind.STANDING_GRANT_EXPIRED,
         actor=Actor.system("sweep"),
-        tool_name=grant.tool,
         from_status=previous,
         to_status=GrantStatus.EXPIRED,
         data={"uses": grant.uses},
@@ -296,11 +316,10 @@ def standing_grant_sign(
             result = refusal_error
         else:
             actor = Actor.of_user(user)
-            event_append(
-                stream=stream_of(grant),
-                kind=EventKind.STANDING_GRANT_SIGNED,
+            grant_event(
+                grant,
+                EventKind.STANDING_GRANT_SIGNED,
                 actor=actor,
-                tool_name=grant.tool,
                 from_status=GrantStatus.PROPOSED,
                 to_status=GrantStatus.PROPOSED,
                 data={"signatures": grant.signatures.count()},
@@ -324,11 +343,10 @@ def standing_grant_revoke(*, grant_id: str, user: Person, reason: str) -> Standi
         previous = approval_services.standing_grant_revoke(
             grant=grant, user=user, reason=reason, now=now
         )
-        event_append(
-            stream=stream_of(grant),
-            kind=EventKind.STANDING_GRANT_REVOKED,
+        grant_event(
+            grant,
+            EventKind.STANDING_GRANT_REVOKED,
             actor=Actor.of_user(user),
-            tool_name=grant.tool,
             from_status=previous,
             to_status=GrantStatus.REVOKED,
             data={"reason": grant.revoke_reason, "uses": grant.uses},
@@ -487,11 +505,10 @@ def _use(
         },
     )
     outbox_approval_decided(op, request, now=now)
-    event_append(
-        stream=stream_of(grant),
-        kind=EventKind.STANDING_GRANT_USED,
+    grant_event(
+        grant,
+        EventKind.STANDING_GRANT_USED,
         actor=actor,
-        tool_name=grant.tool,
         from_status=GrantStatus.ACTIVE,
         to_status=GrantStatus.ACTIVE,
         data={
@@ -506,11 +523,10 @@ def _use(
         now=now,
     )
     if approval_services.standing_grant_exhaust(grant=grant, now=now):
-        event_append(
-            stream=stream_of(grant),
-            kind=EventKind.STANDING_GRANT_EXHAUSTED,
+        grant_event(
+            grant,
+            EventKind.STANDING_GRANT_EXHAUSTED,
             actor=actor,
-            tool_name=grant.tool,
             from_status=GrantStatus.ACTIVE,
             to_status=GrantStatus.EXHAUSTED,
             data={
