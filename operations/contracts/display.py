@@ -11,8 +11,14 @@ arguments ("Refund €750.00 to pay_1").
 - ``email``, ``url``: shown as text, never as a link (a summary is not a place to
   click); ``text``: as it is.
 
-Without ``display``, the summary lists the top-level arguments, required ones first, by
-their schema ``title`` (or name). A value the contract marks ``x-sensitive`` shows as
+Without a display field, an argument's format is inferred from its schema (``field_for``):
+``"x-currency": "EUR"`` (with ``"x-minor-units": true`` for cents) makes it money, the
+JSON Schema formats ``date-time``, ``email`` and ``uri`` their display formats, and an
+integer named ``*_cents`` without a currency is shown as "75,000 cents", never as a bare
+number of minor units. Without ``display.summary``, the summary lists the top-level
+arguments, required ones first, by their label: the display field's, else the schema's
+``title``, else the name in words ("payment_id" is "Payment id", "amount_cents"
+"Amount"). A value the contract marks ``x-sensitive`` shows as
 "(sensitive)" (only those: a runner cannot hide a value by making it look like a
 digest). Whatever a runner sent, formatting never fails and never grows: a value that
 does not fit its format is shown as text, each at most ``MAX_VALUE`` characters. The
@@ -61,6 +67,13 @@ def _money(value: Any, field: dict[str, Any]) -> str | None:
     return f"{sign}{symbol}{number}" if symbol else f"{sign}{number} {currency}"
 
 
+def _cents(value: Any) -> str | None:
+    """Minor units of an unnamed currency: said so ("75,000 cents")."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return f"{value:,} cents"
+
+
 def _datetime(value: Any) -> str | None:
     moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     if moment.tzinfo is None:
@@ -81,6 +94,8 @@ def format_value(
     try:
         if kind == "money" and not isinstance(value, bool):
             shown = _money(value, field or {})
+        elif kind == "cents":
+            shown = _cents(value)
         elif kind == "datetime":
             shown = _datetime(value)
     except (ArithmeticError, InvalidOperation, OverflowError, ValueError):
@@ -106,6 +121,86 @@ def _is_sensitive(pointer: str, secrets: list[tuple[str, ...]]) -> bool:
     )
 
 
+# JSON Schema formats a reviewer reads differently, and the display format each means.
+SCHEMA_FORMATS = {"date-time": "datetime", "email": "email", "uri": "url"}
+# A name that says its value is in minor units of some currency.
+CENTS_SUFFIX = ("_cents", "_in_cents", "_minor_units", "_minor")
+CURRENCY = re.compile(r"[A-Z]{3}")
+
+
+def humanize(name: str) -> str:
+    """An argument's name in words: "payment_id" is "Payment id", "amount_cents"
+    "Amount" (its value says "cents"), "customerEmail" "Customer email"."""
+    text = name
+    for suffix in CENTS_SUFFIX:
+        if text.endswith(suffix) and len(text) > len(suffix):
+            text = text[: -len(suffix)]
+            break
+    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", " ", text).replace("_", " ").replace("-", " ")
+    text = " ".join(text.split()).lower()
+    return (text[:1].upper() + text[1:]) if text else name
+
+
+def schema_at(schema: Any, pointer: str) -> dict[str, Any] | None:
+    """The subschema describing the argument at ``pointer``, through ``properties`` and
+    ``items`` only; None where the schema does not say."""
+    node = schema
+    for token in parse_pointer(pointer):
+        if not isinstance(node, dict):
+            return None
+        properties = node.get("properties")
+        if isinstance(properties, dict) and isinstance(properties.get(token), dict):
+            node = properties[token]
+        elif token.isdigit() and isinstance(node.get("items"), dict):
+            node = node["items"]
+        else:
+            return None
+    return node if isinstance(node, dict) else None
+
+
+def inferred_field(node: dict[str, Any] | None, name: str) -> dict[str, Any]:
+    """The display field a schema implies for one argument (module docstring)."""
+    node = node or {}
+    currency = node.get("x-currency")
+    if isinstance(currency, str) and CURRENCY.fullmatch(currency):
+        return {
+            "format": "money",
+            "currency": currency,
+            "minor_units": node.get("x-minor-units") is True,
+        }
+    schema_format = node.get("format")
+    if isinstance(schema_format, str) and schema_format in SCHEMA_FORMATS:
+        return {"format": SCHEMA_FORMATS[schema_format]}
+    if name.endswith(CENTS_SUFFIX) and node.get("type") in (None, "integer"):
+        return {"format": "cents"}
+    return {}
+
+
+def field_for(contract: dict[str, Any], pointer: str) -> dict[str, Any]:
+    """How the argument at ``pointer`` reads: its display field (label, format), else
+    what its schema implies, with a label always set."""
+    display = contract.get("display") or {}
+    declared = (display.get("fields") or {}).get(pointer)
+    tokens = parse_pointer(pointer) if pointer.startswith("/") else ()
+    name = tokens[-1] if tokens else pointer
+    node = schema_at(contract.get("input_schema"), pointer)
+    field = dict(declared) if declared else inferred_field(node, name)
+    title = node.get("title") if node else None
+    field["label"] = (declared or {}).get("label") or (
+        title if isinstance(title, str) and title else humanize(name)
+    )
+    return field
+
+
+def describe(contract: dict[str, Any], pointer: str, value: Any) -> str:
+    """One argument's value as the contract says to read it."""
+    schema = contract.get("input_schema")
+    secrets = [tuple(path) for path in sensitive_paths(schema)] if isinstance(schema, dict) else []
+    return format_value(
+        value, field_for(contract, pointer), sensitive=_is_sensitive(pointer, secrets)
+    )
+
+
 def summary_labels(contract: dict[str, Any]) -> dict[str, str] | None:
     """The label the summary gives each top-level argument when the contract's display
     has no summary template (``display.summary``): the display field's label, else the
@@ -117,19 +212,16 @@ def summary_labels(contract: dict[str, Any]) -> dict[str, str] | None:
     properties = schema.get("properties") if isinstance(schema, dict) else None
     if not isinstance(properties, dict):
         return {}
-    fields = display.get("fields", {})
-    labels = {}
-    for name, child in properties.items():
-        pointer = "/" + name.replace("~", "~0").replace("/", "~1")
-        title = child.get("title") if isinstance(child, dict) else None
-        labels[name] = fields.get(pointer, {}).get("label") or title or name
-    return labels
+    return {name: field_for(contract, _top(name))["label"] for name in properties}
+
+
+def _top(name: str) -> str:
+    return "/" + name.replace("~", "~0").replace("/", "~1")
 
 
 def summary(contract: dict[str, Any], arguments: Any) -> str:
     """The operation in one line, from ``contract["display"]`` or the schema's titles."""
     display = contract.get("display") or {}
-    fields = display.get("fields", {})
     schema = contract.get("input_schema", {})
     secrets = [tuple(path) for path in sensitive_paths(schema)] if isinstance(schema, dict) else []
     template = display.get("summary")
@@ -139,7 +231,7 @@ def summary(contract: dict[str, Any], arguments: Any) -> str:
             pointer = match.group(1)
             return format_value(
                 resolve_pointer(arguments, pointer),
-                fields.get(pointer),
+                field_for(contract, pointer),
                 sensitive=_is_sensitive(pointer, secrets),
             )
 
@@ -156,11 +248,10 @@ def summary(contract: dict[str, Any], arguments: Any) -> str:
     names += [name for name in arguments if name not in names]
     parts = []
     for name in names[:FALLBACK_FIELDS]:
-        pointer = "/" + name.replace("~", "~0").replace("/", "~1")
-        label = labels.get(name, name)
-        value = format_value(
-            arguments[name], fields.get(pointer), sensitive=_is_sensitive(pointer, secrets)
-        )
+        pointer = _top(name)
+        field = field_for(contract, pointer)
+        label = labels.get(name, field["label"])
+        value = format_value(arguments[name], field, sensitive=_is_sensitive(pointer, secrets))
         parts.append(f"{label}: {value}")
     if len(names) > FALLBACK_FIELDS:
         parts.append("…")

@@ -383,6 +383,7 @@ def normalize_contract(body: Any) -> dict[str, Any]:
         if set(inbound["succeeded"]) & set(inbound["failed"]):
             problems.append({"path": "/inbound", "message": "a type cannot mean both outcomes"})
     problems.extend(_display_problems(body.get("display")))
+    problems.extend(_hint_problems(schema))
     breaker = body.get("breaker")
     if breaker is not None:
         breaker = {"threshold": 5, "cooldown_s": 60, **breaker}
@@ -441,6 +442,33 @@ def _approval_extra_problems(
                 "message": "must be shorter than request_ttl_s, or the request expires first",
             }
         )
+    return problems
+
+
+def _hint_problems(schema: Any, where: str = "/input_schema") -> list[dict[str, str]]:
+    """The schema's display hints (``x-currency``, ``x-minor-units``; docs/api.md,
+    Display) must say something the console can use: a hint it ignored would show an
+    amount without its currency."""
+    problems: list[dict[str, str]] = []
+    if isinstance(schema, list):
+        for index, child in enumerate(schema):
+            problems.extend(_hint_problems(child, f"{where}/{index}"))
+        return problems
+    if not isinstance(schema, dict):
+        return problems
+    currency = schema.get("x-currency")
+    if "x-currency" in schema and not (
+        isinstance(currency, str) and re.fullmatch("[A-Z]{3}", currency)
+    ):
+        problems.append(
+            {"path": where + "/x-currency", "message": "a currency is three capital letters"}
+        )
+    if "x-minor-units" in schema and not isinstance(schema["x-minor-units"], bool):
+        problems.append({"path": where + "/x-minor-units", "message": "must be true or false"})
+    for key, child in schema.items():
+        if isinstance(child, dict | list) and key not in ("enum", "const", "default", "examples"):
+            token = str(key).replace("~", "~0").replace("/", "~1")
+            problems.extend(_hint_problems(child, f"{where}/{token}"))
     return problems
 
 

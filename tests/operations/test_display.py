@@ -55,7 +55,7 @@ def test_without_display_the_schema_titles_name_the_arguments():
     properties = {"payment_id": {"title": "Payment"}, "amount_cents": {"type": "integer"}}
     arguments = {"payment_id": "pay_1", "amount_cents": 500}
     assert summary(_contract(properties=properties), arguments) == (
-        "Payment: pay_1, amount_cents: 500"
+        "Payment: pay_1, Amount: 500 cents"
     )
 
 
@@ -135,4 +135,93 @@ def test_the_fallback_puts_required_arguments_first():
         "properties": {"payment_id": {}, "amount_cents": {}},
     }
     arguments = {"a": 1, "b": 2, "c": 3, "d": 4, "amount_cents": 5, "payment_id": "p"}
-    assert summary({"input_schema": schema}, arguments).startswith("payment_id: p, amount_cents: 5")
+    assert summary({"input_schema": schema}, arguments).startswith("Payment id: p, Amount: 5 cents")
+
+
+def test_the_readme_contract_without_display_reads_well():
+    """The README's try_refund: no display, no titles, an amount in cents with no
+    currency. Names become words and the minor units say so (issue 29, item 1)."""
+    properties = {"payment_id": {"type": "string"}, "amount_cents": {"type": "integer"}}
+    body = {
+        "input_schema": {
+            "type": "object",
+            "required": ["payment_id", "amount_cents"],
+            "properties": properties,
+        }
+    }
+    assert summary(body, {"payment_id": "pay_2", "amount_cents": 75000}) == (
+        "Payment id: pay_2, Amount: 75,000 cents"
+    )
+
+
+@pytest.mark.parametrize(
+    ("node", "value", "shown"),
+    [
+        ({"type": "integer", "x-currency": "EUR", "x-minor-units": True}, 75000, "€750.00"),
+        ({"type": "number", "x-currency": "USD"}, 12.5, "$12.50"),
+        ({"type": "string", "format": "date-time"}, "2026-12-01T10:00:00Z", "2026-12-01 10:00 UTC"),
+        ({"type": "string", "format": "email"}, "a@example.com", "a@example.com"),
+        # A currency that is not three capital letters is no currency: the name still
+        # says cents.
+        ({"type": "integer", "x-currency": "eur"}, 500, "500 cents"),
+        # A string in a cents field is shown as it is, never reformatted.
+        ({"type": "string"}, "lots", "lots"),
+    ],
+)
+def test_formats_are_inferred_from_the_schema(node, value, shown):
+    body = {"input_schema": {"type": "object", "properties": {"total_cents": node}}}
+    assert summary(body, {"total_cents": value}) == f"Total: {shown}"
+
+
+def test_a_summary_template_uses_the_schema_hints_for_fields_it_does_not_declare():
+    body = {
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "amount": {"type": "integer", "x-currency": "GBP", "x-minor-units": True}
+            },
+        },
+        "display": {"summary": "Pay {/amount}"},
+    }
+    assert summary(body, {"amount": 1999}) == "Pay £19.99"
+
+
+@pytest.mark.parametrize(
+    ("name", "words"),
+    [
+        ("payment_id", "Payment id"),
+        ("amount_cents", "Amount"),
+        ("customerEmail", "Customer email"),
+        ("_cents", "Cents"),
+        ("to", "To"),
+    ],
+)
+def test_names_in_words(name, words):
+    from operations.contracts.display import humanize
+
+    assert humanize(name) == words
+
+
+@pytest.mark.parametrize(
+    ("node", "where"),
+    [
+        ({"type": "integer", "x-currency": "eur"}, "/input_schema/properties/amount/x-currency"),
+        ({"type": "integer", "x-currency": 978}, "/input_schema/properties/amount/x-currency"),
+        ({"type": "integer", "x-currency": "EUR\n"}, "/input_schema/properties/amount/x-currency"),
+        (
+            {"type": "integer", "x-minor-units": "yes"},
+            "/input_schema/properties/amount/x-minor-units",
+        ),
+    ],
+)
+def test_display_hints_that_say_nothing_usable_are_refused(node, where):
+    from operations.contracts import normalize_contract
+    from operations.errors import InvalidContract
+
+    body = {
+        "effect_class": "idempotent",
+        "input_schema": {"type": "object", "properties": {"amount": node}},
+    }
+    with pytest.raises(InvalidContract) as raised:
+        normalize_contract(body)
+    assert where in [error["path"] for error in raised.value.extra["errors"]]
