@@ -3,6 +3,8 @@
 import json
 from typing import Any
 
+from operations.contracts import display
+
 
 def _escape(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
@@ -64,3 +66,23 @@ def matched_in(op: Any, query: str) -> str:
         if needle in text.casefold():
             return f"argument {path}"
     return "arguments"
+
+
+def argument_rows(contract: dict[str, Any], arguments: Any) -> list[dict[str, Any]]:
+    """The frozen arguments as a reviewer reads them: one row per leaf, its label and
+    its value as the contract formats it, beside the JSON value exactly as frozen."""
+    rows = []
+    for path, value in flatten(arguments).items():
+        field = display.field_for(contract, path)
+        shown = display.describe(contract, path, value)
+        raw = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
+        rows.append(
+            {
+                "path": path,
+                "label": field["label"],
+                "shown": shown,
+                "raw": value,
+                "same": shown == raw,
+            }
+        )
+    return rows

@@ -1,10 +1,13 @@
 """One approval request: the intent as approvers see it, what changed since the last
 decision on the same call, deciding, and revoking the grant."""
 
+from urllib.parse import urlencode
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
@@ -25,7 +28,7 @@ from ..forms import (
     standing_form_initial,
 )
 from ..middleware import AuthenticatedHtmxRequest, AuthenticatedHttpRequest
-from ..presenters import changes, flatten
+from ..presenters import argument_rows, changes, flatten
 from .common import found, partial
 
 
@@ -84,11 +87,14 @@ def approval_detail(request: AuthenticatedHtmxRequest, approval_id: str) -> Http
             standing_form = standing_form_initial(
                 op=op, approvals_required=approval.approvals_required
             )
+    contract = op.tool_version.contract
     context = {
         "approval": approval,
         "op": op,
         "run": op.run,
-        "contract": op.tool_version.contract,
+        "brief": selectors.approval_brief(request=approval, user=request.user),
+        "argument_rows": argument_rows(contract, op.arguments),
+        "contract": contract,
         "arguments": flatten(op.arguments).items(),
         "canonical_arguments": canonical_json(op.arguments).decode(),
         "intent_document": _intent_document(op),
@@ -233,6 +239,18 @@ def approval_revoke(request: AuthenticatedHttpRequest, approval_id: str) -> Http
     return redirect("console:approval", approval_id=approval.id)
 
 
+def _request_id(value: str) -> str:
+    return value.partition(":")[0]
+
+
+def _inbox_keeping(selected: list[str]) -> HttpResponse:
+    """Back to the inbox with the ticks that were not decided still ticked: a refused
+    bulk action loses nothing the person chose."""
+    kept = list(dict.fromkeys(selected))[:200]
+    url = reverse("console:inbox")
+    return redirect(f"{url}?{urlencode([('keep', value) for value in kept])}" if kept else url)
+
+
 @require_POST
 @login_required
 def approvals_decide_many(request: AuthenticatedHttpRequest) -> HttpResponse:
@@ -244,14 +262,15 @@ def approvals_decide_many(request: AuthenticatedHttpRequest) -> HttpResponse:
     selected = request.POST.getlist("request")
     if not form.is_valid() or not selected:
         messages.error(request, "Select the requests, then choose approve or reject.")
-        return redirect("console:inbox")
+        return _inbox_keeping(selected)
     approve = form.cleaned_data["decision"] == "approve"
     comment = form.cleaned_data["comment"]
     if not approve and not comment.strip():
         messages.error(request, "Write why, to reject: the runners receive the reason.")
-        return redirect("console:inbox")
+        return _inbox_keeping(selected)
     verified = security.session_verified(request)
     done: list[str] = []
+    decided: set[str] = set()
     refused: list[str] = []
     for value in dict.fromkeys(selected):
         approval_id, _, shown = value.partition(":")
@@ -279,9 +298,10 @@ def approvals_decide_many(request: AuthenticatedHttpRequest) -> HttpResponse:
             refused.append(f"{op.id}: {refusal.detail}")
         else:
             done.append(op.id)
+            decided.add(approval.id)
     verb = "Approved" if approve else "Rejected"
     if done:
         messages.success(request, f"{verb} {len(done)}: {', '.join(done)}.")
     for line in refused:
         messages.error(request, f"Not decided, {line}")
-    return redirect("console:inbox")
+    return _inbox_keeping([value for value in selected if _request_id(value) not in decided])

@@ -7,6 +7,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from operations import access, selectors
+from operations.contracts import explain
 from operations.machine import EffectClass
 
 from ..middleware import AuthenticatedHtmxRequest
@@ -21,15 +22,27 @@ def inbox(request: AuthenticatedHtmxRequest) -> HttpResponse:
     filters = {name: request.GET.get(name) or None for name in ("tool", "effect_class", "run")}
     pending = list(selectors.requests_pending_for_user(user=request.user, **filters)[:200])
     now = timezone.now()
-    rows = [
-        {
-            "request": item,
-            "op": item.operation,
-            "approvals": sum(1 for d in item.decisions.all() if d.decision == "approve"),
-            "urgent": (item.expires_at - now).total_seconds() < 3600,
-        }
-        for item in pending
-    ]
+    # Ticks a refused bulk action kept (approvals_decide_many): "request id:intent hash",
+    # re-ticked only while the request still shows that intent.
+    kept = set(request.GET.getlist("keep")[:200])
+    rows = []
+    for item in pending:
+        op = item.operation
+        contract = op.tool_version.contract
+        context = item.context if isinstance(item.context, dict) else {}
+        rows.append(
+            {
+                "request": item,
+                "op": op,
+                "approvals": sum(1 for d in item.decisions.all() if d.decision == "approve"),
+                "urgent": (item.expires_at - now).total_seconds() < 3600,
+                "reasons": explain.reasons_in_words(
+                    contract, context, arguments=op.arguments, tool=op.tool_id
+                ),
+                "runner_reason": explain.runner_reason(context, contract, op.arguments),
+                "ticked": f"{item.id}:{item.intent_hash}" in kept,
+            }
+        )
     context = {
         "rows": rows,
         "filters": filters,

@@ -256,3 +256,18 @@ def summary(contract: dict[str, Any], arguments: Any) -> str:
     if len(names) > FALLBACK_FIELDS:
         parts.append("…")
     return ", ".join(parts)
+
+
+def amount_pointer(contract: dict[str, Any]) -> str | None:
+    """The argument that says how much is at stake: the first display field, else the
+    first top-level property, that reads as money (or as cents). None without one."""
+    display = contract.get("display") or {}
+    for pointer, field in (display.get("fields") or {}).items():
+        if field.get("format") == "money":
+            return str(pointer)
+    schema = contract.get("input_schema")
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    for name in properties or {}:
+        if field_for(contract, _top(name)).get("format") in ("money", "cents"):
+            return _top(name)
+    return None

@@ -222,7 +222,10 @@ class Operation(models.Model):
     id = _id_field("op")
     runner = models.ForeignKey(Runner, on_delete=models.PROTECT, related_name="operations")
     run = models.ForeignKey(Run, on_delete=models.PROTECT, related_name="operations")
-    tool = models.ForeignKey(Tool, on_delete=models.PROTECT, related_name="operations")
+    # Indexed with the id (op_tool_id): a tool's latest operations in one index range.
+    tool = models.ForeignKey(
+        Tool, on_delete=models.PROTECT, related_name="operations", db_index=False
+    )
     tool_version = models.ForeignKey(ToolVersion, on_delete=models.PROTECT, related_name="+")
     effect_class = models.CharField(
         max_length=16, choices=[(c.value, c.value) for c in EffectClass]
@@ -300,6 +303,9 @@ class Operation(models.Model):
         indexes = [
             models.Index(fields=["runner", "id"], name="op_runner_id"),
             models.Index(fields=["run", "id"], name="op_run_id"),
+            models.Index(fields=["tool", "id"], name="op_tool_id"),
+            # The approval page's "first operation for this principal" (selectors.review).
+            models.Index(fields=["principal", "id"], name="op_principal_id"),
             models.Index(fields=["status", "id"], name="op_status_id"),
             models.Index(fields=["status", "status_changed_at"], name="op_status_since"),
             # The console's search box looks operations up by these, across runners.

@@ -62,6 +62,7 @@ from .policies import (
     policy_versions,
     shadow_summary,
 )
+from .review import Brief, Signal, approval_brief
 from .runner import (
     approval_get_for_runner,
     events_for_operation,
@@ -83,6 +84,9 @@ __all__ = [
     "SAVED_QUEUES",
     "STALE_AFTER",
     "UNRESOLVED",
+    "Brief",
+    "Signal",
+    "approval_brief",
     "approval_comparison",
     "approval_get_for_runner",
     "approval_get_for_user",

@@ -33,6 +33,12 @@
  *    `every 5s [!document.hidden]`, would do the first half but compiles the filter with
  *    Function(), which a CSP without 'unsafe-eval' forbids; so it is not used.)
  *
+ * 4. The inbox's bulk bar and the phone menu (end of this file)
+ *    <form data-bulk> shows only while a row is ticked and says how many
+ *    ([data-bulk-count]); without JavaScript it is always shown. A button
+ *    [data-menu-toggle] opens and closes the header's menu on narrow screens
+ *    (aria-expanded; console.css hides the menu only once html has class "js").
+ *
  * 3. Relative times
  *    <time datetime="2025-01-02T03:04:05Z" title="2025-01-02 03:04:05 UTC" data-relative>
  *    (from {{ value|reltime }}) shows "3 min ago" / "in 2 h"; the title keeps the
@@ -151,6 +157,7 @@
     const box = row && row.querySelector("input[data-select]");
     if (!box) return false;
     box.checked = !box.checked;
+    box.dispatchEvent(new Event("change", { bubbles: true }));
     return true;
   }
 
@@ -359,4 +366,39 @@
 
   if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", start);
   else start();
+})();
+
+// ------------------------------------------------------------------ 4. bulk bar, menu
+(function () {
+  "use strict";
+  document.documentElement.classList.add("js");
+
+  function updateBulk() {
+    const form = document.querySelector("form[data-bulk]");
+    if (!form) return;
+    const ticked = document.querySelectorAll("input[data-select][form='" + form.id + "']:checked").length;
+    form.hidden = ticked === 0;
+    const count = form.querySelector("[data-bulk-count]");
+    if (count) count.textContent = ticked === 0 ? "" : ticked + " selected";
+  }
+  document.addEventListener("change", function (event) {
+    if (event.target instanceof Element && event.target.matches("input[data-select]")) updateBulk();
+  });
+  // Polling replaces the rows (their ticks are restored in section 1).
+  document.addEventListener("htmx:afterSettle", updateBulk);
+
+  function toggleMenu(button) {
+    const menu = document.getElementById(button.getAttribute("aria-controls"));
+    if (!menu) return;
+    const open = button.getAttribute("aria-expanded") !== "true";
+    button.setAttribute("aria-expanded", open ? "true" : "false");
+    menu.classList.toggle("is-open", open);
+  }
+  document.addEventListener("click", function (event) {
+    const button = event.target instanceof Element && event.target.closest("[data-menu-toggle]");
+    if (button) toggleMenu(button);
+  });
+
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", updateBulk);
+  else updateBulk();
 })();

@@ -1,0 +1,150 @@
+"""What a reviewer should know before deciding one approval request, read once per page:
+the reasons in words, the amount at stake, and the risk signals (another operation of
+the run unknown or failed, the principal's first operation of the tool, the amount
+against the tool's usual range, edits an earlier approver made).
+
+Every read is bounded: the run's other operations (at most ``SIBLINGS``), one
+``EXISTS`` for the principal, and the tool's last ``RANGE_WINDOW`` operations for its
+usual range, each through an index. Operations the person may not see are never named.
+"""
+
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from approvals.models import ApprovalRequest
+from approvals.people import Person
+from approvals.policy import is_missing, resolve_pointer
+
+from ..contracts import display, explain
+from ..machine import Status
+from ..models import Operation
+from .people import operations_visible_to
+
+SIBLINGS = 5
+RANGE_WINDOW = 200
+# Fewer earlier amounts than this say nothing about what is usual.
+RANGE_MINIMUM = 5
+TROUBLE = {
+    Status.OUTCOME_UNKNOWN: "is still outcome unknown",
+    Status.COMPENSATING: "is being undone (compensating)",
+    Status.FAILED_PERMANENT: "failed",
+    Status.BUDGET_EXHAUSTED: "ran out of retries or time",
+}
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One thing that should make a reviewer look twice (tone ``bad``, ``warn``) or that
+    reassures (``info``)."""
+
+    tone: str
+    text: str
+    operation_id: str = ""
+
+
+@dataclass(frozen=True)
+class Brief:
+    reasons: list[str]
+    runner_reason: str
+    amount: str
+    signals: list[Signal] = field(default_factory=list)
+
+
+def _amount(value: Any) -> Decimal | None:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return None
+    try:
+        amount = Decimal(str(value))
+    except (InvalidOperation, ValueError):
+        return None
+    return amount if amount.is_finite() else None
+
+
+def _percentile(values: list[Decimal], share: float) -> Decimal:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * (len(ordered) - 1) + 0.5))]
+
+
+def _siblings(op: Operation, user: Person) -> list[Signal]:
+    others = (
+        operations_visible_to(user)
+        .filter(run_id=op.run_id, status__in=list(TROUBLE))
+        .exclude(pk=op.pk)
+        .select_related("tool_version")
+        .order_by("-id")[:SIBLINGS]
+    )
+    signals = []
+    for other in others:
+        what = display.summary(other.tool_version.contract, other.arguments)
+        signals.append(
+            Signal(
+                tone="bad",
+                text=f"Another operation of this run {TROUBLE[Status(other.status)]}: "
+                f"{other.tool_id}, {what}",
+                operation_id=other.id,
+            )
+        )
+    return signals
+
+
+def _usual_range(op: Operation, contract: dict[str, Any], pointer: str) -> Signal | None:
+    earlier = (
+        Operation.objects.filter(tool_id=op.tool_id, status=Status.SUCCEEDED, id__lt=op.id)
+        .order_by("-id")
+        .values_list("arguments", flat=True)[:RANGE_WINDOW]
+    )
+    amounts = [
+        amount
+        for arguments in earlier
+        if (amount := _amount(resolve_pointer(arguments, pointer))) is not None
+    ]
+    current = _amount(resolve_pointer(op.arguments, pointer))
+    if current is None or len(amounts) < RANGE_MINIMUM:
+        return None
+    low, high = _percentile(amounts, 0.1), _percentile(amounts, 0.9)
+    span = (
+        f"{display.describe(contract, pointer, _plain(low))} to "
+        f"{display.describe(contract, pointer, _plain(high))}"
+    )
+    usual = f"for 8 in 10 of its last {len(amounts)} succeeded operations"
+    if current > high:
+        return Signal("warn", f"Above this tool's usual range: {span} {usual}")
+    if current < low:
+        return Signal("info", f"Below this tool's usual range: {span} {usual}")
+    return Signal("info", f"Within this tool's usual range: {span} {usual}")
+
+
+def _plain(amount: Decimal) -> int | str:
+    """A Decimal as the argument it came from would be (formatting takes JSON values)."""
+    return int(amount) if amount == amount.to_integral_value() else str(amount)
+
+
+def approval_brief(*, request: ApprovalRequest, user: Person) -> Brief:
+    op = request.operation
+    contract = op.tool_version.contract
+    context = request.context if isinstance(request.context, dict) else {}
+    pointer = display.amount_pointer(contract)
+    value = resolve_pointer(op.arguments, pointer) if pointer else None
+    amount = display.describe(contract, pointer, value) if pointer and not is_missing(value) else ""
+    signals = _siblings(op, user)
+    if not Operation.objects.filter(principal=op.principal, id__lt=op.id).exists():
+        signals.append(Signal("warn", f"The first operation for {op.principal}"))
+    if pointer is not None:
+        usual = _usual_range(op, contract, pointer)
+        if usual is not None:
+            signals.append(usual)
+    for change in op.edits or []:
+        path = str(change.get("path", ""))
+        label = display.field_for(contract, path)["label"]
+        before = display.describe(contract, path, change.get("from"))
+        after = display.describe(contract, path, change.get("to"))
+        signals.append(Signal("warn", f"An earlier approver changed {label}: {before} → {after}"))
+    return Brief(
+        reasons=explain.reasons_in_words(
+            contract, context, arguments=op.arguments, tool=op.tool_id
+        ),
+        runner_reason=explain.runner_reason(context, contract, op.arguments),
+        amount=amount,
+        signals=signals,
+    )
