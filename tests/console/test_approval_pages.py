@@ -37,7 +37,8 @@ def test_inbox_lists_pending_requests_for_tools_the_user_decides(api, approver):
     assert response.status_code == 200
     html = response.content.decode()
     assert op["id"] in html
-    assert "Rule matched: /amount_cents gt 50000." in html
+    # Why, in words: the rule's label and its limit as the contract reads them.
+    assert "Amount over 50,000 cents" in html
     outsider = Client()
     outsider.force_login(person())
     assert op["id"] not in outsider.get("/").content.decode()
@@ -225,7 +226,10 @@ def test_rows_and_the_approval_page_lead_with_what_will_happen(api, approver):
     assert "\u202e" not in inbox
     assert "U+202E" in inbox
     page = client.get(f"/approvals/{op['approval']['id']}/").content.decode()
-    assert '<p class="lead">Refund €750.00 to pay' in page
+    assert '<h1 class="lead">Refund €750.00 to pay' in page
+    # The rule in words, in the currency of the display; the recorded sentence once,
+    # folded with the identifiers.
+    assert "Amount over €500.00" in page
     assert page.count("/amount_cents gt 50000") == 1
 
 
