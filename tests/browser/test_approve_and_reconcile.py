@@ -42,7 +42,7 @@ def test_approver_approves_from_the_inbox_and_the_runner_claims(page):
     approver = _person("ann", "operations.decide_tool", "send_refund")
     login(page, approver, PASSWORD)
 
-    row = page.locator("#inbox-rows tr", has_text=op["id"])
+    row = page.locator(f"#inbox-rows tr[data-operation='{op['id']}']")
     expect(row).to_be_visible()
     violations = axe(page)
     assert not violations, axe_summary(violations)
@@ -50,7 +50,12 @@ def test_approver_approves_from_the_inbox_and_the_runner_claims(page):
     page.keyboard.press("j")
     page.keyboard.press("Enter")
     page.wait_for_url(re.compile(r"/approvals/apr_"))
-    expect(page.get_by_role("heading", level=1)).to_contain_text("send_refund")
+    expect(page.locator(".eyebrow")).to_contain_text("send_refund")
+    expect(page.get_by_role("heading", level=1)).to_contain_text("Payment id: pay_77")
+    # Why, in words, up front; the intent hash and the recorded sentence folded below.
+    expect(page.locator(".brief")).to_contain_text("Amount over 50,000 cents")
+    expect(page.get_by_text(op["intent_hash"], exact=True)).to_be_hidden()
+    page.locator("details.identifiers > summary").click()
     expect(page.get_by_text(op["intent_hash"], exact=True)).to_be_visible()
     expect(page.get_by_text("Rule matched: /amount_cents gt 50000.")).to_be_visible()
     violations = axe(page)
@@ -60,7 +65,7 @@ def test_approver_approves_from_the_inbox_and_the_runner_claims(page):
     page.get_by_role("button", name="Approve").click()
     page.wait_for_url("**/")
     expect(page.get_by_role("status").first).to_contain_text("Approved send_refund")
-    expect(page.locator("#inbox-rows")).not_to_contain_text(op["id"])
+    expect(page.locator(f"#inbox-rows tr[data-operation='{op['id']}']")).to_have_count(0)
 
     attempt = api.claim(op["id"])
     assert attempt["attempt"] == 1
@@ -94,7 +99,7 @@ def test_support_resolves_an_unknown_outcome_with_evidence(page):
     assert not violations, axe_summary(violations)
     # The row leads with what the operation does; its id is beneath.
     row = page.locator("#queue-rows tr", has_text=op["id"])
-    expect(row.get_by_role("link")).to_have_text("payment_id: pay_1, amount_cents: 500")
+    expect(row.get_by_role("link")).to_have_text("Payment id: pay_1, Amount: 500 cents")
     row.get_by_role("link").click()
     expect(page.get_by_text(op["idempotency_key"]).first).to_be_visible()
     violations = axe(page)
@@ -151,15 +156,33 @@ def test_an_approver_selects_requests_with_x_and_approves_them_together(page, wi
     first = _pending(api)
     second = api.register(api.run(), "send_refund", {"payment_id": "pay_79", "amount_cents": 90000})
     login(page, _person("dan", "operations.decide_tool", "send_refund"), PASSWORD)
-    expect(page.locator("#inbox-rows tr", has_text=second["id"])).to_be_visible()
+    expect(page.locator(f"#inbox-rows tr[data-operation='{second['id']}']")).to_be_visible()
     violations = axe(page)
     assert not violations, axe_summary(violations)
+    bulk = page.locator("form[data-bulk]")
+    # The bulk bar only while something is ticked, with the count, on screen.
+    expect(bulk).to_be_hidden()
     page.keyboard.press("j")
     page.keyboard.press("x")
+    expect(bulk).to_be_visible()
+    expect(bulk).to_contain_text("1 selected")
     page.keyboard.press("j")
     page.keyboard.press("x")
-    expect(page.get_by_label(f"Select {first['id']}")).to_be_checked()
-    expect(page.get_by_label(f"Select {second['id']}")).to_be_checked()
+    expect(bulk).to_contain_text("2 selected")
+    expect(page.get_by_role("button", name="Approve selected")).to_be_in_viewport()
+    boxes = [
+        page.locator(f"#inbox-rows tr[data-operation='{op['id']}'] input[data-select]")
+        for op in (first, second)
+    ]
+    for box in boxes:
+        expect(box).to_be_checked()
+    # A refused action (reject without a reason) keeps every tick.
+    page.get_by_role("button", name="Reject selected").click()
+    expect(page.get_by_role("alert").first).to_contain_text("Write why, to reject")
+    for box in boxes:
+        expect(box).to_be_checked()
+    expect(bulk).to_contain_text("2 selected")
+    assert api.operation(first["id"])["status"] == "awaiting_approval"
     page.get_by_role("button", name="Approve selected").click()
     page.wait_for_url(lambda url: urlsplit(url).path == "/")
     expect(page.get_by_role("status").first).to_contain_text("Approved 2")

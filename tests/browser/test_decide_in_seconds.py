@@ -66,10 +66,12 @@ def test_an_approver_lowers_the_amount_and_the_edited_copy_runs(page, width):
     op = api.register(api.run(), "send_refund", {"payment_id": "pay_9", "amount_cents": 75000})
     login(page, _person("gil", "operations.decide_tool", "send_refund"), PASSWORD)
     page.goto(f"/approvals/{op['approval']['id']}/")
-    expect(page.locator("p.lead")).to_contain_text("Refund €750.00 to pay_9")
+    expect(page.locator("h1.lead")).to_contain_text("Refund €750.00 to pay_9")
     _accessible(page)
     _no_sideways_scroll(page)
 
+    # The edit fields are folded under the decision; opening them shows the frozen value.
+    page.locator("details.edits-toggle > summary").click()
     amount = page.get_by_label("Amount")
     expect(amount).to_have_value("75000")
     amount.fill("50000")
@@ -110,11 +112,11 @@ def test_an_escalated_request_reaches_the_group_which_decides_it(page, width):
     lead = _person("hal")
     lead.groups.add(Group.objects.create(name="Finance leads"))
     login(page, lead, PASSWORD)
-    expect(page.get_by_text(op["id"])).to_have_count(0)
+    expect(page.locator(f"#inbox-rows tr[data-operation='{op['id']}']")).to_have_count(0)
     with time_machine.travel(timezone.now() + timedelta(seconds=3601), tick=False):
         assert services.sweep().approvals_escalated == 1
     page.goto("/")
-    row = page.locator("#inbox-rows tr", has_text=op["id"])
+    row = page.locator(f"#inbox-rows tr[data-operation='{op['id']}']")
     expect(row).to_be_visible()
     _accessible(page)
     _no_sideways_scroll(page)

@@ -146,6 +146,9 @@
   function focusSearch() {
     const box = document.querySelector("input[data-shortcut='/']");
     if (!box) return false;
+    // On a phone the search sits in the closed menu: open it first.
+    const toggle = document.querySelector("[data-menu-toggle][aria-expanded='false']");
+    if (box.offsetParent === null && toggle) toggle.click();
     box.focus();
     box.select();
     return true;
