@@ -118,9 +118,7 @@ def main() -> None:
             headers={"Authorization": f"Bearer {stack.token}"},
             json=CONTRACT,
         ).raise_for_status()
-        stack.manage(
-            "shell", "-c", create_person("approver", PASSWORD, grants={TOOL: [DECIDE]})
-        )
+        stack.manage("shell", "-c", create_person("approver", PASSWORD, grants={TOOL: [DECIDE]}))
         results = {}
         with chromium() as browser:
             page = signed_in(browser, stack.base_url, "approver", PASSWORD)

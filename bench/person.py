@@ -37,10 +37,7 @@ class Figure:
     @property
     def person_s(self) -> float:
         return (
-            self.seconds
-            + self.keys * KEYSTROKE_S
-            + self.clicks * CLICK_S
-            + self.homings * HOMING_S
+            self.seconds + self.keys * KEYSTROKE_S + self.clicks * CLICK_S + self.homings * HOMING_S
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ the runner API and drives Debian's chromium with Playwright as two people:
 - **support**: 5 payouts whose outcome is unknown (registered, claimed, and answered
   ``unknown`` over the API). From the reconciliation queue ``j`` then ``Enter`` opens the
   oldest; a click chooses "It happened", Tab reaches the downstream reference, typed
-  (the provider's refund id, the answer's evidence), and ``Enter`` records the answer;
+  (the provider's payout id, the answer's evidence), and ``Enter`` records the answer;
   Tab to "Reconciliation" in the navigation and ``Enter`` go back to the queue.
 
 The flows are small functions with role and label locators, one per task, so that they
@@ -103,6 +103,8 @@ def reviewer_one_by_one(page: Page, count: int) -> Figure:
 
 
 def reviewer_in_bulk(page: Page, count: int) -> Figure:
+    """``j`` ``x`` on each of the inbox's rows, then Tab to "Approve selected" and
+    ``Enter``."""
     person = Person(page)
     with person.timed():
         page.goto("/")
@@ -119,6 +121,8 @@ def reviewer_in_bulk(page: Page, count: int) -> Figure:
 
 
 def support_resolves(page: Page, count: int) -> Figure:
+    """From the queue, oldest first: open, click "It happened", Tab to the reference, type
+    it, ``Enter``; Tab to the navigation's queue link and ``Enter`` for the next."""
     person = Person(page)
     with person.timed():
         page.goto("/reconciliation/")
@@ -145,9 +149,9 @@ def support_resolves(page: Page, count: int) -> Figure:
 # --- what the tasks left, over the runner API ------------------------------------------------
 
 
-def still_waiting(client: EffectgateClient, ids: list[str]) -> list[str]:
-    """Those of ``ids`` a person has not approved."""
-    return [op_id for op_id in ids if client.get_operation(op_id)["status"] == "awaiting_approval"]
+def not_approved(client: EffectgateClient, ids: list[str]) -> list[str]:
+    """Those of ``ids`` not ``ready`` (approved, and no runner has claimed them since)."""
+    return [op_id for op_id in ids if client.get_operation(op_id)["status"] != "ready"]
 
 
 def not_resolved(client: EffectgateClient, ids: list[str]) -> list[str]:
@@ -166,35 +170,37 @@ def not_resolved(client: EffectgateClient, ids: list[str]) -> list[str]:
 def measure(*, database_url: str, requests: int, unknowns: int) -> dict[str, Any]:
     """Serve Effectgate on ``database_url`` (fresh), run the three tasks; the figures."""
     password = secrets.token_urlsafe(16)
-    with Stack(
-        database_url,
-        workers=1,
-        threads=4,
-        loops=False,
-        runner_name="bench-review",
-        log_dir=VAR / "bench" / "review",
-        env={"DEBUG": "1"},
-    ) as stack:
-        with EffectgateClient(stack.base_url, stack.token) as client:
-            client.put_tool(REFUND_TOOL, REFUND_CONTRACT)
-            client.put_tool(PAYOUT_TOOL, PAYOUT_CONTRACT)
-            for name, grants in (
-                ("reviewer", {REFUND_TOOL: [DECIDE]}),
-                ("support", {PAYOUT_TOOL: [RECONCILE]}),
-            ):
-                stack.manage("shell", "-c", create_person(name, password, grants=grants))
-            figures: dict[str, Figure] = {}
-            left: dict[str, list[str]] = {}
-            with chromium() as browser:
-                reviewer = signed_in(browser, stack.base_url, "reviewer", password)
-                for task, flow in (("one_by_one", reviewer_one_by_one), ("bulk", reviewer_in_bulk)):
-                    ids = register_refunds(stack.base_url, stack.token, requests, task)
-                    figures[task] = flow(reviewer, requests)
-                    left[task] = still_waiting(client, ids)
-                support = signed_in(browser, stack.base_url, "support", password)
-                ids = leave_unknown(client, unknowns, "support")
-                figures["support"] = support_resolves(support, unknowns)
-                left["support"] = not_resolved(client, ids)
+    with (
+        Stack(
+            database_url,
+            workers=1,
+            threads=4,
+            loops=False,
+            runner_name="bench-review",
+            log_dir=VAR / "bench" / "review",
+            env={"DEBUG": "1"},
+        ) as stack,
+        EffectgateClient(stack.base_url, stack.token) as client,
+    ):
+        client.put_tool(REFUND_TOOL, REFUND_CONTRACT)
+        client.put_tool(PAYOUT_TOOL, PAYOUT_CONTRACT)
+        for name, grants in (
+            ("reviewer", {REFUND_TOOL: [DECIDE]}),
+            ("support", {PAYOUT_TOOL: [RECONCILE]}),
+        ):
+            stack.manage("shell", "-c", create_person(name, password, grants=grants))
+        figures: dict[str, Figure] = {}
+        left: dict[str, list[str]] = {}
+        with chromium() as browser:
+            reviewer = signed_in(browser, stack.base_url, "reviewer", password)
+            for task, flow in (("one_by_one", reviewer_one_by_one), ("bulk", reviewer_in_bulk)):
+                ids = register_refunds(stack.base_url, stack.token, requests, task)
+                figures[task] = flow(reviewer, requests)
+                left[task] = not_approved(client, ids)
+            support = signed_in(browser, stack.base_url, "support", password)
+            ids = leave_unknown(client, unknowns, "support")
+            figures["support"] = support_resolves(support, unknowns)
+            left["support"] = not_resolved(client, ids)
     counts = {"one_by_one": requests, "bulk": requests, "support": unknowns}
     return {
         "tasks": {
@@ -225,7 +231,8 @@ def summary(review: dict[str, Any]) -> list[str]:
 
 
 def _commit() -> str | None:
-    done = subprocess.run(  # noqa: S603 (a fixed git command)
+    """The commit measured, to tell the runs before and after a change apart."""
+    done = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"],  # noqa: S607
         cwd=ROOT,
         capture_output=True,
@@ -255,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
         "load_average_at_start": [round(load, 2) for load in os.getloadavg()],
         "python": platform.python_version(),
         **measure(database_url=url, requests=args.requests, unknowns=args.unknowns),
+        "load_average_at_end": [round(load, 2) for load in os.getloadavg()],
     }
     print("\n".join(summary(review)))
     args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,6 @@ import subprocess
 from pathlib import Path
 
 import psycopg
-
 import pytest
 from django.conf import settings
 
