@@ -96,18 +96,25 @@ sweep: $(STAMP)
 # set (a database of its own, effectgate_chaos), else SQLite. bench: the lifecycle
 # through the API against its essential statements, claim contention, intent hashing,
 # pages and sweeps at SIZES (PostgreSQL); BENCH_ARGS='--only lifecycle' for the first
-# alone (about a minute). soak: processes killed at random (docs/operations.md).
+# alone (about a minute), '--only review' for a person's time in the console (chromium).
+# soak: processes killed at random (docs/operations.md).
 # bench-decide: keystrokes and seconds of one and ten approvals
 # from the keyboard, before and after the console's keys (chromium, a fresh database).
-.PHONY: chaos bench bench-decide soak
+# bench-review: keystrokes, clicks and seconds of a reviewer deciding 10 requests one by
+# one and 10 in bulk and of support resolving 5 unknown outcomes (chromium, a fresh
+# database: PostgreSQL when DATABASE_URL is set, else SQLite); REVIEW_ARGS for its options.
+.PHONY: chaos bench bench-decide bench-review soak
 chaos: $(STAMP)
 	$(PY) -m bench.chaos --n $(or $(N),2000) $(CHAOS_ARGS)
 
-bench: $(STAMP)
+bench: $(STAMP) $(CHROMIUM)
 	$(PY) -m bench.bench $(if $(SIZES),--sizes $(SIZES)) $(BENCH_ARGS)
 
 bench-decide: $(STAMP) $(CHROMIUM)
 	$(PY) -m bench.decide_speed
+
+bench-review: $(STAMP) $(CHROMIUM)
+	$(PY) -m bench.review_speed $(REVIEW_ARGS)
 
 # soak: three gunicorn, two Celery workers and two beats on PostgreSQL and Redis, one of
 # each killed at random and restarted, under the chaos workload for MINUTES (default 2).

@@ -2,6 +2,7 @@
 
     python -m bench.bench [--only lifecycle] [--threads 8] [--lifecycles 320]
                           [--sizes 10000,1000000] [--database effectgate_bench]
+                          [--review-requests 10] [--review-unknowns 5]
 
 a. The lifecycle a runner goes through for every side effect (register with an inline
    claim, then post the outcome) three ways on the same database, K client threads
@@ -24,6 +25,11 @@ d. The inbox and reconciliation pages and the sweeps at each ledger size: time, 
 f, g. People's policies: a simulation of 100,000 operations for a Cedar policy and for a
    contract version, and the CPU a registration costs with 100 active policies against
    none (``bench.policies``).
+
+h. A person's time in the console: a reviewer deciding 10 approval requests one by one
+   and 10 in bulk, support resolving 5 unknown outcomes, in keystrokes, clicks and
+   seconds, through Debian's chromium (``bench.review_speed``, on a database of its own:
+   ``--database`` with ``_review``).
 
 ``--only lifecycle`` runs a and e alone (about a minute); ``--only`` repeats. PostgreSQL
 only (the raw-psycopg paths need it): a fresh database (``--database``, default
@@ -54,13 +60,14 @@ from effectgate_client import EffectgateClient
 from . import lifecycle as lifecycle_part
 from . import parallel as parallel_part
 from . import policies as policies_part
+from . import review_speed as review_part
 from .stack import VAR, Stack, fresh_database, is_postgres
 from .timing import latency_ms
 
 DEFAULT_SERVER = "postgres://postgres@127.0.0.1:5432/postgres"
 TOOL = "bench_refund"
 HOT_TOOL = "bench_hot_resource"
-PARTS = ("lifecycle", "contention", "hashing", "policies", "scale")
+PARTS = ("lifecycle", "contention", "hashing", "policies", "scale", "review")
 LOOKUP_TOOL = "bench_lookup"
 SCHEMA = {
     "type": "object",
@@ -332,6 +339,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--policy-registrations", type=int, default=1000, help="per case, for the CPU cost"
     )
+    parser.add_argument(
+        "--review-requests", type=int, default=10, help="approval requests per way (h)"
+    )
+    parser.add_argument(
+        "--review-unknowns", type=int, default=5, help="unknown outcomes to resolve (h)"
+    )
     parser.add_argument("--gunicorn-workers", type=int, default=2)
     parser.add_argument("--gunicorn-threads", type=int, default=4)
     parser.add_argument(
@@ -343,38 +356,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = _arguments(argv)
-    parts = set(args.only or PARTS)
-    # WhiteNoise looks for collected static files, which the in-process pages do not use.
-    warnings.filterwarnings("ignore", message="No directory at")
-    base = os.environ.get("DATABASE_URL") or DEFAULT_SERVER
-    if not is_postgres(base):
-        print("make bench needs PostgreSQL: set DATABASE_URL to a postgres:// URL", file=sys.stderr)
-        return 2
-    url = fresh_database(args.database, base_url=base)
-    sizes = [int(size) for size in args.sizes.split(",") if size]
-    report: dict[str, Any] = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            # Other work on the machine skews every figure; the load says how much.
-            "load_average_at_start": [round(load, 2) for load in os.getloadavg()],
-        },
-        "database": url.rsplit("@", 1)[-1],
-        "gunicorn": {"workers": args.gunicorn_workers, "threads": args.gunicorn_threads},
-        "parts": sorted(parts),
-    }
-    # Django in this process, on the bench's database: the lifecycle makes its runners
-    # with the service, and the pages and sweeps run in-process.
-    os.environ["DATABASE_URL"] = url
-    os.environ["RECONCILE_ALLOWED_HOSTS"] = "127.0.0.1"
-    os.environ["LOG_LEVEL"] = "WARNING"
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
-    import django
-
-    django.setup()
+def _served_parts(args: argparse.Namespace, parts: set[str], url: str, report: dict) -> str:
+    """Parts a, e and b against gunicorn on the bench's database; the runner token the
+    later parts use."""
     trace_dir = VAR / "bench" / "trace"
     trace_dir.mkdir(parents=True, exist_ok=True)
     with Stack(
@@ -416,7 +400,43 @@ def main(argv: list[str] | None = None) -> int:
             if "contention" in parts:
                 print("(b) claim contention", file=sys.stderr)
                 report["contention"] = contention(stack, args, client)
-        token = stack.token
+        return stack.token
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    parts = set(args.only or PARTS)
+    # WhiteNoise looks for collected static files, which the in-process pages do not use.
+    warnings.filterwarnings("ignore", message="No directory at")
+    base = os.environ.get("DATABASE_URL") or DEFAULT_SERVER
+    if not is_postgres(base):
+        print("make bench needs PostgreSQL: set DATABASE_URL to a postgres:// URL", file=sys.stderr)
+        return 2
+    url = fresh_database(args.database, base_url=base)
+    sizes = [int(size) for size in args.sizes.split(",") if size]
+    report: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            # Other work on the machine skews every figure; the load says how much.
+            "load_average_at_start": [round(load, 2) for load in os.getloadavg()],
+        },
+        "database": url.rsplit("@", 1)[-1],
+        "gunicorn": {"workers": args.gunicorn_workers, "threads": args.gunicorn_threads},
+        "parts": sorted(parts),
+    }
+    # Django in this process, on the bench's database: the lifecycle makes its runners
+    # with the service, and the pages and sweeps run in-process.
+    os.environ["DATABASE_URL"] = url
+    os.environ["RECONCILE_ALLOWED_HOSTS"] = "127.0.0.1"
+    os.environ["LOG_LEVEL"] = "WARNING"
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "console.settings")
+    import django
+
+    django.setup()
+    # Every part but hashing and review uses the bench's database, served or in-process.
+    token = _served_parts(args, parts, url, report) if parts - {"hashing", "review"} else ""
     if "hashing" in parts:
         print("(c) intent hashing", file=sys.stderr)
         report["intent_hash"] = hashing()
@@ -431,6 +451,13 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "scale" in parts:
         report["scale"] = scale(sizes, token)
+    if "review" in parts:
+        print("(h) a person's time in the console", file=sys.stderr)
+        report["review"] = review_part.measure(
+            database_url=fresh_database(f"{args.database}_review"[:63], base_url=base),
+            requests=args.review_requests,
+            unknowns=args.review_unknowns,
+        )
 
     report["machine"]["load_average_at_end"] = [round(load, 2) for load in os.getloadavg()]
     if "lifecycle" in parts:
@@ -439,7 +466,8 @@ def main(argv: list[str] | None = None) -> int:
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=2) + "\n")
     print(f"written to {args.json}")
-    return 0 if report.get("contention", {}).get("violations", 0) == 0 else 1
+    ok = report.get("contention", {}).get("violations", 0) == 0
+    return 0 if ok and report.get("review", {}).get("ok", True) else 1
 
 
 def headline(life: dict[str, Any], parallel: dict[str, Any]) -> dict[str, Any]:
@@ -491,6 +519,9 @@ def summary(report: dict[str, Any]) -> str:
             "(d) pages and sweeps by ledger size: median ms (database ms, best run) / queries"
         )
         lines += scale_table(report["scale"])
+    if "review" in report:
+        lines.append("(h) a person's time in the console, one run:")
+        lines += ["    " + line for line in review_part.summary(report["review"])]
     return "\n".join(lines)
 
 

@@ -1,6 +1,7 @@
-"""The documented benchmark commands, run as the README runs them: ``make bench`` and
-``make chaos`` with small sizes, each in its own process on a database of its own,
-checked by their exit status and the figures they print and write.
+"""The documented benchmark commands, run as the README runs them: ``make bench``,
+``make chaos`` and ``make bench-review`` with small sizes, each in its own process on a
+database of its own, checked by their exit status, the figures they print and write and,
+for the console's, what the database holds afterwards.
 
 A command the docs name must not break unnoticed (``make bench`` did: its seed of
 approval requests missed a column added later). Each takes well under a minute here.
@@ -8,9 +9,11 @@ approval requests missed a column added later). Each takes well under a minute h
 
 import json
 import os
+import sqlite3
 import subprocess
 from pathlib import Path
 
+import psycopg
 import pytest
 from django.conf import settings
 
@@ -48,6 +51,7 @@ def _database(kind: str) -> str:
     return f"{name}_test_{kind}{suffix}"[:60]
 
 
+@pytest.mark.browser
 @skip_unless_postgresql("make bench needs PostgreSQL (its raw-SQL paths are psycopg's)")
 def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
     figures = tmp_path / "bench.json"
@@ -58,13 +62,21 @@ def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
         BENCH_ARGS=(
             f"--database {_database('bench')} --json {figures} --lifecycles 40 --threads 2 "
             "--parallel-threads 4 --parallel-rounds 2 --hot-threads 4 --hot-rounds 2 "
-            "--policy-operations 2000 --policy-registrations 20"
+            "--policy-operations 2000 --policy-registrations 20 "
+            "--review-requests 2 --review-unknowns 1"
         ),
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-5000:]
     report = json.loads(figures.read_text())
-    assert report["parts"] == ["contention", "hashing", "lifecycle", "policies", "scale"]
+    assert report["parts"] == [
+        "contention",
+        "hashing",
+        "lifecycle",
+        "policies",
+        "review",
+        "scale",
+    ]
 
     life = report["lifecycle"]
     paths = life["paths"]
@@ -94,6 +106,8 @@ def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
     assert simulated["contract"]["operations"] == 1000
     assert simulated["contract"]["changes"]["no_longer_asking"] > 0
     assert report["policies"]["cpu_ms_per_registration"]["100_policies"] > 0
+    assert report["review"]["ok"]
+    assert [task["done"] for task in report["review"]["tasks"].values()] == [2, 2, 1]
 
     # What it prints: every part's table, and no operation of the seed needing repair.
     for line in (
@@ -104,6 +118,8 @@ def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
         "(f) simulation over the last day (2,000 operations seeded",
         "(g) CPU per registration with an inline claim, 20 each:",
         "sequential scans of tables over 100,000 rows: none",
+        "(h) a person's time in the console, one run:",
+        "support, unknown outcomes (1 of 1 done)",
         f"written to {figures}",
     ):
         assert line in output, line
@@ -143,4 +159,82 @@ def test_make_chaos_loses_and_duplicates_nothing_and_is_never_throttled(tmp_path
     assert "status:429" not in gated["api_repeats"], gated["api_repeats"]
     assert not any(answer.startswith("error:") for answer in gated["runner_answers"])
     for line in ("duplicates", "lost", "answers the client repeated", f"written to {figures}"):
+        assert line in output, line
+
+
+def _rows(url: str, query: str) -> list[tuple]:
+    if url.startswith("sqlite:///"):
+        with sqlite3.connect(url.removeprefix("sqlite:///")) as conn:
+            return sorted(conn.execute(query).fetchall())
+    with psycopg.connect(url) as conn:
+        return sorted(conn.execute(query).fetchall())
+
+
+@pytest.mark.browser
+def test_make_bench_review_approves_and_resolves_what_it_counts(tmp_path):
+    """The reviewer's and support's flows in chromium, on the suite's database engine:
+    every request ends approved by the reviewer, every unknown outcome succeeded with the
+    reference support typed, and the figures add up."""
+    figures = tmp_path / "review.json"
+    env = {key: value for key, value in os.environ.items() if key != "DATABASE_URL"}
+    if ON_POSTGRESQL:
+        env["DATABASE_URL"] = _server_url()
+    database = _database("review")
+    try:
+        done = _make(
+            "bench-review",
+            env=env,
+            REVIEW_ARGS=f"--requests 3 --unknowns 2 --database {database} --json {figures}",
+        )
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, output[-5000:]
+        review = json.loads(figures.read_text())
+        url = (
+            f"{_server_url().rsplit('/', 1)[0]}/{database}"
+            if ON_POSTGRESQL
+            else f"sqlite:///{ROOT / 'var' / 'bench' / database}.sqlite3"
+        )
+        decisions = _rows(
+            url,
+            "SELECT r.status, u.username, d.decision FROM approvals_approvalrequest r"
+            " JOIN approvals_decision d ON d.request_id = r.id"
+            " JOIN auth_user u ON u.id = d.user_id",
+        )
+        resolutions = _rows(
+            url,
+            "SELECT o.status, o.downstream_id, e.actor FROM operations_operation o"
+            " JOIN operations_event e ON e.operation_id = o.id AND e.kind = 'reconciled'"
+            " WHERE o.tool_id = 'bench_payout'",
+        )
+    finally:
+        for leftover in (ROOT / "var" / "bench").glob(f"{database}.sqlite3*"):
+            leftover.unlink()
+    assert decisions == [("approved", "reviewer", "approve")] * 6
+    assert resolutions == [
+        ("succeeded", "po_00000001", "user:support"),
+        ("succeeded", "po_00000002", "user:support"),
+    ]
+
+    assert review["ok"]
+    tasks = review["tasks"]
+    assert {name: (task["items"], task["done"]) for name, task in tasks.items()} == {
+        "one_by_one": (3, 3),
+        "bulk": (3, 3),
+        "support": (2, 2),
+    }
+    # j Enter, then a Enter per request: the console's keys, whatever the page looks like.
+    assert tasks["one_by_one"]["keystrokes"] == 2 + 2 * 3
+    assert tasks["one_by_one"]["clicks"] == 0
+    # j x per request, then at least Enter on Approve selected.
+    assert tasks["bulk"]["keystrokes"] > 2 * 3
+    # At least the references typed and Enter each.
+    assert tasks["support"]["keystrokes"] > 2 * (len("po_00000001") + 1)
+    for task in tasks.values():
+        assert 0 < task["machine_s"] < task["person_s_estimate"]
+    for line in (
+        "reviewer, one by one (3 of 3 done)",
+        "reviewer, in bulk (3 of 3 done)",
+        "support, unknown outcomes (2 of 2 done)",
+        f"written to {figures}",
+    ):
         assert line in output, line
