@@ -183,7 +183,10 @@ def test_an_approver_selects_requests_with_x_and_approves_them_together(page, wi
         expect(box).to_be_checked()
     expect(bulk).to_contain_text("2 selected")
     assert api.operation(first["id"])["status"] == "awaiting_approval"
-    page.get_by_role("button", name="Approve selected").click()
+    # "a" focuses "Approve selected" once rows are ticked; Enter presses it.
+    page.keyboard.press("a")
+    expect(page.get_by_role("button", name="Approve selected")).to_be_focused()
+    page.keyboard.press("Enter")
     page.wait_for_url(lambda url: urlsplit(url).path == "/")
     expect(page.get_by_role("status").first).to_contain_text("Approved 2")
     assert api.operation(first["id"])["status"] == "ready"

@@ -20,7 +20,8 @@
  *    boxes stay ticked when polling replaces the rows.
  *    On a decision form (<form data-decide>), "a" focuses the Approve button
  *    ([data-shortcut="a"]; Enter then presses it) and "r" the comment
- *    ([data-shortcut="r"]); #decide-hint says what Enter will do.
+ *    ([data-shortcut="r"]); #decide-hint says what Enter will do. In the inbox, once
+ *    rows are ticked, "a" and "r" do the same in the bulk bar (<form data-bulk>).
  *
  * 2. Polling pauses while the tab is hidden
  *    Live regions poll with
@@ -236,7 +237,10 @@
   });
 
   function onDecideKey(key) {
-    const target = document.querySelector("form[data-decide] [data-shortcut='" + key + "']");
+    // The approval page's form, else the inbox's bulk bar while something is ticked.
+    const target =
+      document.querySelector("form[data-decide] [data-shortcut='" + key + "']") ||
+      document.querySelector("form[data-bulk]:not([hidden]) [data-shortcut='" + key + "']");
     if (!target || target.disabled) return false;
     target.focus();
     const hint = document.getElementById("decide-hint");
