@@ -1,6 +1,6 @@
 """Issue 29, items 1 and 2: the decision from one screen, on a laptop and on a phone.
 
-At 1366×768 and at 390×844 (a phone: touch, no hover) the approval page shows what will
+At 1366x768 and at 390x844 (a phone: touch, no hover) the approval page shows what will
 happen, the amount with its currency, for whom, the agent's reason, why a person is
 asked in words, the risk signals, and Approve / Reject, all inside the first viewport,
 with the identifiers folded below; axe finds nothing serious. On the phone the inbox
@@ -97,9 +97,9 @@ def _in_first_viewport(page: Page, locator) -> None:
     expect(locator).to_be_visible()
     box = locator.bounding_box()
     height = page.viewport_size["height"]
-    assert box is not None and box["y"] >= 0 and box["y"] + box["height"] <= height, (
-        f"{locator} is at {box} in a viewport {height} px tall"
-    )
+    assert box is not None, f"{locator} has no box"
+    assert box["y"] >= 0, f"{locator} is at {box}, above the viewport"
+    assert box["y"] + box["height"] <= height, f"{locator} is at {box}: below {height} px"
 
 
 def test_the_decision_and_its_facts_are_in_the_first_viewport(screen):

@@ -116,7 +116,8 @@ def test_signals_name_the_runs_unknown_operation_and_a_first_principal(desk):
     assert brief.reasons == ["Amount over €500.00"]
     bad = [s for s in brief.signals if s.tone == "bad"]
     assert [s.operation_id for s in bad] == [unknown["id"]]
-    assert "still outcome unknown" in bad[0].text and "€8.00" in bad[0].text
+    assert "still outcome unknown" in bad[0].text
+    assert "€8.00" in bad[0].text
     # user:new had an operation before this one (the unknown refund): not a first.
     assert not any("first operation" in s.text for s in brief.signals)
     first = direct.register(
