@@ -498,7 +498,8 @@ _MESSAGES = {
     "succeeded": "The call to {tool} succeeded{reference}.",
     "rejected": "A person rejected the call to {tool}{reason}; do not retry it as is.",
     "failed_permanent": "The call to {tool} failed and will not be retried{reason}.",
-    "budget_exhausted": "The call to {tool} was stopped: its retry or time budget is used up.",
+    "budget_exhausted": "The call to {tool} was stopped: its retry or time budget is used "
+    "up.{why}",
     "compensated": "The call to {tool} was undone; it had no lasting effect.",
     "cancelled": "The call to {tool} was cancelled before it ran.",
     "superseded": "A person approved the call to {tool} with changes; it runs as "
@@ -515,6 +516,9 @@ def tool_result(op: Operation) -> dict[str, Any]:
         tool=op.tool_id,
         reference=f" (reference {op.downstream_id})" if op.downstream_id else "",
         reason=reason if op.status in {"rejected", "failed_permanent"} else "",
+        # What the last attempt ran into, in the runner's words: a provider that could
+        # not be reached says so (effectgate_client's outcome_from_httpx_error).
+        why=f" {op.error_detail}" if op.error_detail else "",
         successor=op.superseded_by_id,
     )
     return {
