@@ -2,8 +2,8 @@
 
 The admin password and the demo token are printed once, when they are created; only
 hashes are stored. Run again, it changes nothing, says so, and prints the command that
-sets a new admin password or issues a new demo token (``RESET_ADMIN_PASSWORD``,
-``NEW_DEMO_TOKEN``).
+sets a new admin password or issues a new demo token (``ADMIN_RESET_COMMAND``,
+``DEMO_RENEWAL_COMMAND``).
 """
 
 import secrets
@@ -15,8 +15,8 @@ from operations import services
 from operations.models import Runner
 
 # Relative to the checkout, where `make run` runs these commands.
-RESET_ADMIN_PASSWORD = ".venv/bin/python manage.py changepassword admin"
-NEW_DEMO_TOKEN = ".venv/bin/python manage.py runner token demo"
+ADMIN_RESET_COMMAND = ".venv/bin/python manage.py changepassword admin"
+DEMO_RENEWAL_COMMAND = ".venv/bin/python manage.py runner token demo"
 
 
 class Command(BaseCommand):
@@ -30,8 +30,7 @@ class Command(BaseCommand):
             self.stdout.write(f"Console admin created: user admin, password {password}")
         else:
             self.stdout.write(
-                f"Console admin exists (user admin); set a new password with: "
-                f"{RESET_ADMIN_PASSWORD}"
+                f"Console admin exists (user admin); set a new password with: {ADMIN_RESET_COMMAND}"
             )
         if not Runner.objects.filter(name="demo").exists():
             _, token = services.runner_create(
@@ -39,4 +38,4 @@ class Command(BaseCommand):
             )
             self.stdout.write(f"Demo runner token (shown once): {token}")
         else:
-            self.stdout.write(f"Demo runner exists; issue a new token with: {NEW_DEMO_TOKEN}")
+            self.stdout.write(f"Demo runner exists; issue a new token with: {DEMO_RENEWAL_COMMAND}")
