@@ -5,7 +5,9 @@ marked) runs as its own process against a live Effectgate on the test database
 (PostgreSQL in CI) with one runner token for them all, as a newcomer pasting them one
 after the other would, and a fake payment provider; it must exit 0 and show the lines of
 the ``text output`` block that follows it. What a reader replaces is replaced here, and
-nothing else (``PLACEHOLDERS``). Fragments are checked for syntax, TOML and YAML blocks
+nothing else (``PLACEHOLDERS``). The first blocks a newcomer pastes (the README's and the
+client's quick start) also run twice against a server set up as `make run` sets it up:
+its demo data, its demo token, no lookup host allowed, no provider but their own. Fragments are checked for syntax, TOML and YAML blocks
 parse (JSON blocks: test_api_reference.py).
 """
 
