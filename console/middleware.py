@@ -18,6 +18,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
 from approvals.people import Person
+from operations.errors import InvalidQuery
 from operations.http.problems import api_handler400, is_api_request
 from operations.http.throttling import PersonRateThrottle
 from operations.metrics import HTTP_REQUEST_DURATION
@@ -72,7 +73,8 @@ class RefuseNulMiddleware:
         for where, text in _texts(request):
             if "\x00" in text:
                 refusal = f"The {where} holds U+0000 (NUL), which nothing here can hold."
-                return api_handler400(request, BadRequest(refusal))
+                title = InvalidQuery.title if where.startswith("query parameter") else ""
+                return api_handler400(request, BadRequest(refusal), title=title)
         return self.get_response(request)
 
 

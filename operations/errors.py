@@ -16,6 +16,13 @@ class InvalidRequest(DomainError):
     code, status, title = "invalid_request", 400, "The request body is not valid"
 
 
+class InvalidQuery(InvalidRequest):
+    """A query parameter an endpoint does not take, or a value it cannot read: the code
+    of a bad body, the title of the part of the request at fault."""
+
+    title = "The query parameters are not valid"
+
+
 class MalformedJSON(DomainError):
     code, status, title = "malformed_json", 400, "The request body is not acceptable JSON"
 

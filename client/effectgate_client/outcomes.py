@@ -88,6 +88,18 @@ class Unknown(ToolOutcome):
         super().__init__(code, detail, **kwargs)
 
 
+def _provider(exc: httpx.HTTPError) -> str:
+    """Where the request went, as ``the provider at HOST[:PORT]``: never the path, the
+    query or credentials, which may hold secrets."""
+    try:
+        host, port = exc.request.url.host, exc.request.url.port
+    except RuntimeError:  # an error raised without its request
+        host, port = "", None
+    if not host:
+        return "the provider"
+    return f"the provider at {host}" + (f":{port}" if port else "")
+
+
 def outcome_from_httpx_error(exc: httpx.HTTPError) -> ToolOutcome:
     """Classify an httpx failure of a call to the outside world, conservatively.
 
@@ -95,12 +107,23 @@ def outcome_from_httpx_error(exc: httpx.HTTPError) -> ToolOutcome:
     have seen a request on a connection that was never made. A timeout or a connection
     that breaks after the request was written may have been processed, so it is
     ``unknown``; so is anything else this function does not recognise.
+
+    The detail, which Effectgate keeps and shows the model and people, says what
+    happened in words: that the provider could not be reached, with its host and the
+    error's class. It never quotes the URL's path or query, nor a refused header (a
+    ``LocalProtocolError`` may quote one, a credential included).
     """
     name = type(exc).__name__
-    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
-        return NotSent(f"{name}: {exc}")
-    if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL | httpx.LocalProtocolError):
-        return NotSent(f"{name}: {exc}")
+    provider = _provider(exc)
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        unreachable = f"{provider} could not be reached ({name}: {exc}); nothing was sent."
+        return NotSent(unreachable[0].upper() + unreachable[1:])
+    if isinstance(exc, httpx.PoolTimeout):
+        return NotSent(f"No connection to {provider} was free in time ({name}); nothing was sent.")
+    if isinstance(exc, httpx.UnsupportedProtocol | httpx.InvalidURL):
+        return NotSent(f"The request to {provider} could not be made ({name}: {exc}).")
+    if isinstance(exc, httpx.LocalProtocolError):
+        return NotSent(f"The request to {provider} could not be sent ({name}).")
     if isinstance(exc, httpx.TimeoutException):
-        return Unknown("timeout_unknown", f"{name} after the request was sent: {exc}")
-    return Unknown("connection_lost", f"{name} after the request was sent: {exc}")
+        return Unknown("timeout_unknown", f"{name} after the request was sent to {provider}: {exc}")
+    return Unknown("connection_lost", f"{name} after the request was sent to {provider}: {exc}")

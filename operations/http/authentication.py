@@ -2,10 +2,28 @@
 
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, permissions
+from rest_framework.exceptions import AuthenticationFailed
 
 from ..errors import ScopeForbidden
 from ..models import Runner, RunnerToken
-from ..services import token_authenticate
+from ..services import TOKEN_PREFIX, token_authenticate
+
+# What every refusal of the header says to send instead.
+SEND_BEARER = "send the runner token as the header Authorization: Bearer <token>"
+ISSUING = "python manage.py runner token NAME issues one"
+
+
+def _header_refusal(header: str) -> str:
+    """Why an Authorization header that is not ``Bearer <token>`` is refused, in words.
+    Never quotes the header: it may hold a token."""
+    scheme = header.strip().partition(" ")[0]
+    if scheme.startswith(TOKEN_PREFIX):  # every runner token starts so
+        return f"The Authorization header holds a token without the Bearer scheme: {SEND_BEARER}."
+    if scheme.lower() == "bearer":
+        return (
+            f"The Authorization header names the Bearer scheme but holds no token: {SEND_BEARER}."
+        )
+    return f"The Authorization header uses another scheme than Bearer: {SEND_BEARER}."
 
 
 class RunnerTokenAuthentication(authentication.BaseAuthentication):
@@ -15,14 +33,15 @@ class RunnerTokenAuthentication(authentication.BaseAuthentication):
         header = authentication.get_authorization_header(request).decode("latin-1")
         if not header:
             return None
-        scheme, _, raw = header.partition(" ")
+        scheme, _, raw = header.strip().partition(" ")
         if scheme.lower() != "bearer" or not raw.strip():
-            return None
+            raise AuthenticationFailed(_header_refusal(header))
         found = token_authenticate(raw.strip())
         if found is None:
-            from rest_framework.exceptions import AuthenticationFailed
-
-            raise AuthenticationFailed("The bearer token is unknown, expired or revoked.")
+            raise AuthenticationFailed(
+                "The bearer token is unknown, expired or revoked: send a valid runner token "
+                f"({ISSUING}; people who manage runners also issue them in the console)."
+            )
         return found
 
     def authenticate_header(self, request):

@@ -18,11 +18,14 @@ from rest_framework.response import Response
 from approvals.errors import Refusal
 
 from ..errors import RateLimited
+from .authentication import ISSUING, SEND_BEARER
 
 logger = logging.getLogger(__name__)
 
 PROBLEM_TYPE = "https://effectgate.dev/problems/"
 CONTENT_TYPE = "application/problem+json"
+# What a body that is not JSON is told to be instead (415 unsupported_media_type).
+SEND_JSON = "Send the body as JSON with the header Content-Type: application/json."
 
 
 def problem(status: int, code: str, title: str, detail: str, **extra: Any) -> dict[str, Any]:
@@ -129,6 +132,12 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
             headers["WWW-Authenticate"] = 'Bearer realm="effectgate"'
             exc.status_code = 401
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        if isinstance(exc, drf.NotAuthenticated):
+            # DRF's sentence ("Authentication credentials were not provided") does not
+            # say what to send.
+            detail = f"No runner token was sent: {SEND_BEARER} ({ISSUING})."
+        elif isinstance(exc, drf.UnsupportedMediaType):
+            detail = f"{detail} {SEND_JSON}"
         return _response(problem(exc.status_code, code, _DRF_TITLES[code], detail), headers)
     view = context.get("view")
     logger.exception("Unhandled error in %s", type(view).__name__ if view else "API view")
@@ -152,15 +161,18 @@ def is_api_request(request: HttpRequest) -> bool:
     return request.path_info.startswith("/api/")
 
 
-def api_handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+def api_handler400(
+    request: HttpRequest, exception: Exception | None = None, *, title: str = ""
+) -> HttpResponse:
     """A request refused before any view (``BadRequest``, or what Django finds
     suspicious): a problem under /api/, a message page in the console. Only a
-    ``BadRequest``'s own sentence is shown; Django's other refusals name settings."""
+    ``BadRequest``'s own sentence is shown; Django's other refusals name settings.
+    ``title`` names the part of the request at fault, when the caller knows it."""
     detail = str(exception) if isinstance(exception, BadRequest) else ""
     detail = detail or "The request cannot be read."
     if is_api_request(request):
         return _json_problem(
-            problem(400, "invalid_request", _DRF_TITLES["invalid_request"], detail)
+            problem(400, "invalid_request", title or "The request is not valid", detail)
         )
     return render(request, "400.html", {"detail": detail}, status=400)
 

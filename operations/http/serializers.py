@@ -60,6 +60,18 @@ class AnyJSON(serializers.JSONField):
     """Any JSON value (the strict parser already refused what has no single meaning)."""
 
 
+class Choice(serializers.ChoiceField):
+    """One of a few strings; a refusal lists them, so a runner that sent ``success``
+    reads what to send instead (DRF's sentence names only the value refused)."""
+
+    def __init__(self, choices: list[str], **kwargs: Any) -> None:
+        super().__init__(choices, **kwargs)
+        listed = ", ".join(choices).replace("{", "{{").replace("}", "}}")
+        self.error_messages["invalid_choice"] = (
+            '"{input}" is not a valid choice; use one of: ' + listed + "."
+        )
+
+
 @extend_schema_field(OpenApiTypes.OBJECT)
 class JSONObject(serializers.JSONField):
     def to_internal_value(self, data: Any) -> Any:
@@ -122,7 +134,7 @@ class OperationIn(StrictSerializer):
 
 
 class OutcomeIn(StrictSerializer):
-    kind = serializers.ChoiceField(choices=["succeeded", "failed", "unknown"])
+    kind = Choice(["succeeded", "failed", "unknown"])
     result = AnyJSON(required=False, allow_null=True)
     downstream_id = serializers.CharField(max_length=255, required=False, allow_blank=True)
     # One call's cost; far below what a run's spend column holds, so sums stay in range.
@@ -140,13 +152,13 @@ class OutcomeIn(StrictSerializer):
 
 
 class ReconciliationIn(StrictSerializer):
-    result = serializers.ChoiceField(choices=["committed", "not_found", "still_unknown"])
+    result = Choice(["committed", "not_found", "still_unknown"])
     downstream_id = serializers.CharField(max_length=255, required=False, allow_blank=True)
     evidence = JSONObject(required=False)
 
 
 class CompensationIn(StrictSerializer):
-    result = serializers.ChoiceField(choices=["committed", "failed"])
+    result = Choice(["committed", "failed"])
     evidence = JSONObject(required=False)
 
 
@@ -498,7 +510,7 @@ _MESSAGES = {
     "succeeded": "The call to {tool} succeeded{reference}.",
     "rejected": "A person rejected the call to {tool}{reason}; do not retry it as is.",
     "failed_permanent": "The call to {tool} failed and will not be retried{reason}.",
-    "budget_exhausted": "The call to {tool} was stopped: its retry or time budget is used up.",
+    "budget_exhausted": "The call to {tool} was stopped: its retry or time budget is used up.{why}",
     "compensated": "The call to {tool} was undone; it had no lasting effect.",
     "cancelled": "The call to {tool} was cancelled before it ran.",
     "superseded": "A person approved the call to {tool} with changes; it runs as "
@@ -515,6 +527,9 @@ def tool_result(op: Operation) -> dict[str, Any]:
         tool=op.tool_id,
         reference=f" (reference {op.downstream_id})" if op.downstream_id else "",
         reason=reason if op.status in {"rejected", "failed_permanent"} else "",
+        # What the last attempt ran into, in the runner's words: a provider that could
+        # not be reached says so (effectgate_client's outcome_from_httpx_error).
+        why=f" {op.error_detail}" if op.error_detail else "",
         successor=op.superseded_by_id,
     )
     return {

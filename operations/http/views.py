@@ -11,7 +11,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import params, payloads, selectors, services
-from ..errors import InvalidRequest, NotFound, OperationKeyRequired
+from ..errors import InvalidQuery, NotFound, OperationKeyRequired
+from ..machine import Status
 from ..models import Runner, RunnerToken
 from . import openapi
 from .serializers import (
@@ -66,6 +67,14 @@ def _valid(serializer_class, request: Request) -> dict[str, Any]:
     return serializer.validated_data
 
 
+def _bad_parameter(name: str, must: str) -> InvalidQuery:
+    """The refusal of the query parameter ``name``; ``must`` says what it takes."""
+    return InvalidQuery(
+        f"The query parameter {name} is not valid: {must[0].lower()}{must[1:]}",
+        errors=[{"path": name, "message": must}],
+    )
+
+
 class Pagination(CursorPagination):
     """The lists' one paging: an opaque cursor, ``limit`` 1 to 200 (default 50), and
     ``{"results", "next", "previous"}``; newest first unless a list orders otherwise."""
@@ -83,7 +92,7 @@ class Pagination(CursorPagination):
             return self.page_size
         size = params.parse_count(raw, minimum=1, maximum=self.max_page_size)
         if size is None:
-            raise InvalidRequest(f"limit must be an integer from 1 to {self.max_page_size}.")
+            raise _bad_parameter("limit", f"Must be an integer from 1 to {self.max_page_size}.")
         return size
 
 
@@ -104,10 +113,22 @@ def _known_parameters_only(request: Request, known: set[str]) -> None:
     # Like unknown body fields: a misspelt filter must not silently list everything.
     unknown = sorted(set(request.query_params) - known)
     if unknown:
-        raise InvalidRequest(
-            "Unknown query parameter(s); see errors.",
-            errors=[{"path": name, "message": "Unknown query parameter."} for name in unknown],
+        takes = f"this list takes {', '.join(sorted(known))}"
+        raise InvalidQuery(
+            f"Unknown query parameter {', '.join(repr(name[:40]) for name in unknown)}: {takes}.",
+            errors=[
+                {"path": name, "message": f"Unknown query parameter; {takes}."} for name in unknown
+            ],
         )
+
+
+def _one_of(request: Request, name: str, allowed: list[str]) -> str | None:
+    """The query parameter ``name``, refused unless it is one of ``allowed``: a misspelt
+    status must not silently list nothing."""
+    value = request.query_params.get(name)
+    if value is None or value in allowed:
+        return value
+    raise _bad_parameter(name, f"Must be one of: {', '.join(allowed)}.")
 
 
 # --- tools ------------------------------------------------------------------------------
@@ -235,6 +256,7 @@ def _operation_body(op, *, fresh: bool = False) -> dict[str, Any]:
 
 
 LIST_PARAMETERS = {"status", "run", "tool", "cursor", "limit"}
+STATUSES = [status.value for status in Status]
 
 
 class OperationListView(APIView):
@@ -280,7 +302,7 @@ class OperationListView(APIView):
 
     @extend_schema(
         parameters=[
-            OpenApiParameter("status", str),
+            OpenApiParameter("status", str, enum=STATUSES),
             OpenApiParameter("run", str),
             OpenApiParameter("tool", str),
             *PAGE_PARAMETERS,
@@ -293,7 +315,7 @@ class OperationListView(APIView):
         _known_parameters_only(request, LIST_PARAMETERS)
         queryset = selectors.operations_for_runner(
             runner=_runner(request),
-            status=request.query_params.get("status"),
+            status=_one_of(request, "status", STATUSES),
             run_id=request.query_params.get("run"),
             tool=request.query_params.get("tool"),
         )

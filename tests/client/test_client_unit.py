@@ -244,6 +244,31 @@ def test_httpx_errors_are_classified_conservatively():
     )
 
 
+def test_an_httpx_error_says_where_it_failed_without_the_urls_secrets():
+    request = httpx.Request("POST", "https://svc:pw@payments.example:8443/v1/refunds?key=k3y")
+    secrets = ("pw", "k3y", "/v1/refunds", "Bearer")
+    refused = outcome_from_httpx_error(httpx.ConnectError("[Errno 111] refused", request=request))
+    assert refused.detail == (
+        "The provider at payments.example:8443 could not be reached "
+        "(ConnectError: [Errno 111] refused); nothing was sent."
+    )
+    header = httpx.LocalProtocolError("Illegal header value b'Bearer sk_live_1'", request=request)
+    for exc, words in [
+        (httpx.ConnectTimeout("timed out", request=request), "could not be reached"),
+        (httpx.PoolTimeout("no free connection", request=request), "was free in time"),
+        (header, "could not be sent (LocalProtocolError)"),
+        (httpx.ReadTimeout("timed out", request=request), "sent to the provider at"),
+    ]:
+        detail = outcome_from_httpx_error(exc).detail
+        assert words in detail, detail
+        assert "payments.example:8443" in detail
+        assert not [secret for secret in secrets if secret in detail], detail
+    # An error raised without its request still reads as a sentence.
+    assert outcome_from_httpx_error(httpx.ConnectError("refused")).detail.startswith(
+        "The provider could not be reached (ConnectError: refused)"
+    )
+
+
 class FakeClient:
     def __init__(self, statuses):
         self.statuses = list(statuses)

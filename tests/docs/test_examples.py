@@ -5,7 +5,9 @@ marked) runs as its own process against a live Effectgate on the test database
 (PostgreSQL in CI) with one runner token for them all, as a newcomer pasting them one
 after the other would, and a fake payment provider; it must exit 0 and show the lines of
 the ``text output`` block that follows it. What a reader replaces is replaced here, and
-nothing else (``PLACEHOLDERS``). Fragments are checked for syntax, TOML and YAML blocks
+nothing else (``PLACEHOLDERS``). The first blocks a newcomer pastes (the README's and the
+client's quick start) also run twice against a server set up as `make run` sets it up:
+its demo data, its demo token, no lookup host allowed, no provider but their own. Fragments are checked for syntax, TOML and YAML blocks
 parse (JSON blocks: test_api_reference.py).
 """
 
@@ -17,12 +19,15 @@ import subprocess
 import sys
 import tomllib
 from collections import defaultdict
+from io import StringIO
 from pathlib import Path
 
 import pytest
 import yaml
+from django.core.management import call_command
 
 from bench.fake_provider import FakeProvider
+from operations.models import Tool
 from tests.conftest import make_runner
 from tests.docs.blocks import ROOT, Block, all_blocks
 
@@ -156,14 +161,10 @@ def provider():
         yield fake
 
 
-@pytest.mark.slow
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("block", RUNNABLE, ids=lambda block: block.where)
-def test_runnable_example(block, live_server, provider, settings, tmp_path):
-    # The docs tell the reader to list the provider's host in RECONCILE_ALLOWED_HOSTS;
-    # here the provider is on loopback.
-    settings.RECONCILE_ALLOWED_HOSTS = ["127.0.0.1"]
-    values = {"effectgate": live_server.url, "token": make_runner().token, "provider": provider.url}
+def _run_example(block: Block, values: dict[str, str], tmp_path: Path) -> str:
+    """Run a runnable block (with the blocks it continues) as a reader pasting it would,
+    its placeholders filled from ``values``; assert that it succeeds and shows its output
+    block's lines, and return its standard output."""
     chain = _chain(block)
     source = "\n\n".join(link.text for link in chain)
     for file in [other for other in FILES if other.path == block.path]:
@@ -193,6 +194,56 @@ def test_runnable_example(block, live_server, provider, settings, tmp_path):
     assert missing is None, (
         f"{block.where}: its output does not show {missing!r}:\n{done.stdout[-3000:]}"
     )
+    return done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("block", RUNNABLE, ids=lambda block: block.where)
+def test_runnable_example(block, live_server, provider, settings, tmp_path):
+    # The docs tell the reader to list the provider's host in RECONCILE_ALLOWED_HOSTS;
+    # here the provider is on loopback.
+    settings.RECONCILE_ALLOWED_HOSTS = ["127.0.0.1"]
+    values = {"effectgate": live_server.url, "token": make_runner().token, "provider": provider.url}
+    _run_example(block, values, tmp_path)
+
+
+# What a newcomer pastes first, right after `make run`: the README's tour of the API and
+# the client's quick start.
+FIRST_PASTED = [
+    next(block for block in RUNNABLE if block.path == path)
+    for path in (ROOT / "README.md", ROOT / "docs" / "client.md")
+]
+
+
+@pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("block", FIRST_PASTED, ids=lambda block: block.where)
+def test_the_first_examples_run_against_what_make_run_sets_up(
+    block, live_server, settings, tmp_path
+):
+    """Pasted after `make run`, as it stands: the server has the demo data (whose runner
+    owns send_refund and the other demo tools), the token is the demo runner's, no
+    lookup host is allowed, and no provider is there but what the example starts. Pasted
+    a second time, it answers the same (operation keys replay, nothing runs twice)."""
+    settings.RECONCILE_ALLOWED_HOSTS = []  # make run sets none
+    printed = StringIO()
+    call_command("bootstrap_local", stdout=printed)
+    token = re.search(r"^Demo runner token \(shown once\): (\S+)$", printed.getvalue(), re.M)
+    assert token, printed.getvalue()
+    call_command("seed_demo", stdout=StringIO())
+    assert Tool.objects.filter(pk="send_refund").exclude(owner__name="demo").exists()
+    # Nothing stands in for a provider the reader has: the example must bring its own.
+    values = {
+        "effectgate": live_server.url,
+        "token": token[1],
+        "provider": "http://payments.internal",
+    }
+
+    first = _run_example(block, values, tmp_path)
+    again = _run_example(block, values, tmp_path)
+
+    assert again == first
 
 
 def test_output_matching():

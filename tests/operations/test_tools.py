@@ -87,7 +87,9 @@ def test_the_tool_list_refuses_unknown_parameters_bad_limits_and_foreign_cursors
     unknown = api.get("/api/v1/tools", {"name": "refund"})
     assert unknown.status_code == 400
     assert unknown.json()["code"] == "invalid_request"
-    assert unknown.json()["errors"] == [{"path": "name", "message": "Unknown query parameter."}]
+    assert unknown.json()["errors"] == [
+        {"path": "name", "message": "Unknown query parameter; this list takes cursor, limit."}
+    ]
     for limit in ("0", "201", "ten"):
         bad = api.get("/api/v1/tools", {"limit": limit})
         assert (bad.status_code, bad.json()["code"]) == (400, "invalid_request"), limit
