@@ -224,6 +224,7 @@ def scale(sizes: list[int], token: str) -> list[dict[str, Any]]:
     from django.test.utils import override_settings
     from guardian.shortcuts import assign_perm
 
+    from approvals.models import ApprovalRequest
     from operations import services
     from operations.dispatch import probes
     from operations.models import Tool
@@ -271,8 +272,13 @@ def scale(sizes: list[int], token: str) -> list[dict[str, Any]]:
         for size in sizes:
             print(f"(d) seeding {size:,} operations", file=sys.stderr)
             seed_s = ledger.grow(size, log=lambda line: print(line, file=sys.stderr))
+            # The approval page reads the run's other operations, the principal's first
+            # operation and the tool's last 200 amounts (selectors.review): the newest
+            # pending request of the working set, whatever the ledger's size.
+            newest = ApprovalRequest.objects.filter(status="pending").order_by("-created_at")
             rows = [
                 ledger.measure("inbox /", page("/")),
+                ledger.measure("approval page", page(f"/approvals/{newest.first().pk}/")),
                 ledger.measure("reconciliation /reconciliation/", page("/reconciliation/")),
             ]
             rows.append(
