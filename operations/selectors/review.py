@@ -128,7 +128,14 @@ def approval_brief(*, request: ApprovalRequest, user: Person) -> Brief:
     value = resolve_pointer(op.arguments, pointer) if pointer else None
     amount = display.describe(contract, pointer, value) if pointer and not is_missing(value) else ""
     signals = _siblings(op, user)
-    if not Operation.objects.filter(principal=op.principal, id__lt=op.id).exists():
+    # Ordered as the index (op_principal_id) is: one index probe, also where most of
+    # the ledger is one principal's and a plain EXISTS would scan the table.
+    earlier = (
+        Operation.objects.filter(principal=op.principal, id__lt=op.id)
+        .order_by("principal", "id")
+        .values_list("id", flat=True)[:1]
+    )
+    if not list(earlier):
         signals.append(Signal("warn", f"The first operation for {op.principal}"))
     if pointer is not None:
         usual = _usual_range(op, contract, pointer)
