@@ -165,3 +165,27 @@ def summary(contract: dict[str, Any], arguments: Any) -> str:
     if len(names) > FALLBACK_FIELDS:
         parts.append("…")
     return ", ".join(parts)
+
+
+def amount(contract: dict[str, Any], arguments: Any) -> str:
+    """The amount at stake, for a row that has no room for the whole summary.
+
+    The first ``display`` field whose format is ``money`` and that the arguments hold
+    ("€80.00"); else the first top-level argument whose name says it is an amount, with
+    that name, so that bare minor units never pass for money ("amount_cents: 8000");
+    else ``MISSING``.
+    """
+    schema = contract.get("input_schema", {})
+    secrets = [tuple(path) for path in sensitive_paths(schema)] if isinstance(schema, dict) else []
+    for pointer, field in (contract.get("display") or {}).get("fields", {}).items():
+        value = resolve_pointer(arguments, pointer)
+        if field.get("format") == "money" and not is_missing(value) and value is not None:
+            return format_value(value, field, sensitive=_is_sensitive(pointer, secrets))
+    if isinstance(arguments, dict):
+        for name, value in arguments.items():
+            pointer = "/" + name.replace("~", "~0").replace("/", "~1")
+            numeric = isinstance(value, int | float | str) and not isinstance(value, bool)
+            if "amount" in name.lower() and numeric:
+                shown = format_value(value, sensitive=_is_sensitive(pointer, secrets))
+                return _clip(f"{name}: {shown}")
+    return MISSING
