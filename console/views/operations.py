@@ -108,14 +108,23 @@ def _detail_page(
     lookup_request = _lookup_request(op, contract)
     resolved = evidence.attempt_resolutions(trace["events"])
     may_reconcile = access.may_reconcile(request.user, op.tool)
+    resolving = may_reconcile and op.status == Status.OUTCOME_UNKNOWN
+    proposal = next((r for r in trace["resolutions"] if r.status == "pending"), None)
+    # The error goes beside the form it is about while the page still shows that form;
+    # when the operation has moved on (someone answered first), at the top.
+    confirmable = proposal is not None and proposal.declared_by_id != request.user.pk
+    resolve_error = error if resolve_form is not None and resolving else ""
+    confirm_error = error if confirm_form is not None and resolving and confirmable else ""
+    if error and not (resolve_error or confirm_error):
+        messages.error(request, error)
     context = {
         "run": op.run,
         "contract": contract,
         "arguments": [(path, value) for path, value in flatten(op.arguments).items()],
         "may_reconcile": may_reconcile,
-        "resolving": may_reconcile and op.status == Status.OUTCOME_UNKNOWN,
-        "resolve_error": error if resolve_form is not None else "",
-        "confirm_error": error if confirm_form is not None else "",
+        "resolving": resolving,
+        "resolve_error": resolve_error,
+        "confirm_error": confirm_error,
         "may_redeliver": access.may_redeliver(request.user, op),
         "resolve_form": resolve_form or ResolveForm(),
         "confirm_form": confirm_form or ConfirmForm(),
@@ -130,7 +139,7 @@ def _detail_page(
             {"attempt": attempt, "resolved": resolved.get(attempt.number)}
             for attempt in trace["attempts"]
         ],
-        "proposal": next((r for r in trace["resolutions"] if r.status == "pending"), None),
+        "proposal": proposal,
         **_live(op),
         **trace,
     }

@@ -316,3 +316,22 @@ def test_a_dispute_without_a_reason_keeps_the_note_form(api):
     assert response.status_code == 400
     assert 'id="confirm-error">Say why you dispute it.' in response.content.decode()
     assert resolution.status == "pending"
+
+
+def test_an_answer_refused_because_someone_answered_first_is_said_at_the_top(api):
+    _refund(api)
+    op = _unknown(api)
+    first, second = _client(username="pia"), _client(username="quinn")
+    first.post(f"/operations/{op['id']}/resolve", {"result": "committed", "note": "found it"})
+    response = second.post(
+        f"/operations/{op['id']}/resolve", {"result": "not_found", "note": "not there"}
+    )
+    assert response.status_code == 400
+    html = response.content.decode()
+    messages = html[
+        html.index('id="messages"') : html.index("</div>\n", html.index('id="messages"'))
+    ]
+    assert "is succeeded, not outcome_unknown" in messages
+    assert 'role="alert"' in messages
+    assert "Record answer" not in html  # nothing left to answer
+    assert Operation.objects.get(pk=op["id"]).status == "succeeded"
