@@ -7,6 +7,7 @@
 ``reltime`` a ``<time>`` element that console.js renders as relative time, keeping the
             absolute UTC time in its title.
 ``nav_link`` a navigation entry that appears only once its URL name exists.
+``count_text`` a count read up to ``selectors.NAV_COUNT_CAP``, as "99+" beyond.
 """
 
 import re
@@ -19,6 +20,7 @@ from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 
+from operations import selectors
 from operations.contracts import display
 from operations.text import is_hidden
 
@@ -127,6 +129,12 @@ def reltime(value) -> SafeString | str:
     )
 
 
+@register.filter
+def count_text(count: int) -> str:
+    """A count read at most up to ``selectors.NAV_COUNT_CAP``: "99+" when it reached it."""
+    return f"{selectors.NAV_COUNT_CAP - 1}+" if count >= selectors.NAV_COUNT_CAP else str(count)
+
+
 @register.simple_tag(takes_context=True)
 def nav_link(
     context, url_name: str, label: str, section: str = "", count: int = 0, count_label: str = ""
@@ -149,7 +157,7 @@ def nav_link(
         format_html(
             ' <span class="nav-count" title="{1}">{0}'
             '<span class="visually-hidden"> {1}</span></span>',
-            "99+" if count >= 100 else count,
+            count_text(count),
             count_label,
         )
         if count

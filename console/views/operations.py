@@ -13,9 +13,11 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals.errors import DecisionRefused, Refusal
-from operations import access, selectors, services
+from operations import access, contracts, selectors, services
 from operations.machine import TERMINAL, Status
+from operations.models import Operation
 
+from .. import evidence
 from ..forms import ConfirmForm, NoteForm, ResolveForm
 from ..middleware import AuthenticatedHtmxRequest, AuthenticatedHttpRequest
 from ..pagination import keyset_page
@@ -60,31 +62,88 @@ def operations_list(request: AuthenticatedHttpRequest) -> HttpResponse:
 @login_required
 def operation_detail(request: AuthenticatedHtmxRequest, operation_id: str) -> HttpResponse:
     op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
-    live = {
+    template = partial(request, "console/operation.html", "live")
+    if template.endswith("#live"):
+        # The polled status region only: what changed, and who did it.
+        return render(request, template, _live(op))
+    return _detail_page(request, op)
+
+
+def _live(op: Operation) -> dict[str, Any]:
+    return {
         "op": op,
         "last_event": selectors.operation_last_event(op),
         "live_polling": op.status not in TERMINAL or op.status == Status.CANCELLED,
         "now": timezone.now(),
     }
-    template = partial(request, "console/operation.html", "live")
-    if template.endswith("#live"):
-        # The polled status region only: what changed, and who did it.
-        return render(request, template, live)
+
+
+def _lookup_request(op: Operation, contract: dict[str, Any]) -> str:
+    """What each automatic lookup of ``op`` asks: a function of its frozen contract and
+    its ids, so it is the same for every probe (docs/api.md, Lookup URLs)."""
+    if contract["reconcile"]["mode"] != "lookup":
+        return ""
+    try:
+        url = contracts.lookup_url(
+            contract["reconcile"]["url"], idempotency_key=op.idempotency_key, operation_id=op.id
+        )
+    except ValueError as exc:
+        return f"none: the lookup URL template cannot be filled ({exc})"
+    return f"GET {url}"
+
+
+def _detail_page(
+    request: AuthenticatedHttpRequest,
+    op: Operation,
+    *,
+    resolve_form: ResolveForm | None = None,
+    confirm_form: ConfirmForm | None = None,
+    error: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    """The operation's page; after a refused answer, with the form as it was sent and
+    ``error`` beside it."""
     trace = selectors.operation_trace(op)
+    contract = op.tool_version.contract
+    lookup_request = _lookup_request(op, contract)
+    resolved = evidence.attempt_resolutions(trace["events"])
     may_reconcile = access.may_reconcile(request.user, op.tool)
+    resolving = may_reconcile and op.status == Status.OUTCOME_UNKNOWN
+    proposal = next((r for r in trace["resolutions"] if r.status == "pending"), None)
+    # The error goes beside the form it is about while the page still shows that form;
+    # when the operation has moved on (someone answered first), at the top.
+    confirmable = proposal is not None and proposal.declared_by_id != request.user.pk
+    resolve_error = error if resolve_form is not None and resolving else ""
+    confirm_error = error if confirm_form is not None and resolving and confirmable else ""
+    if error and not (resolve_error or confirm_error):
+        messages.error(request, error)
     context = {
-        "op": op,
         "run": op.run,
-        "contract": op.tool_version.contract,
+        "contract": contract,
         "arguments": [(path, value) for path, value in flatten(op.arguments).items()],
         "may_reconcile": may_reconcile,
+        "resolving": resolving,
+        "resolve_error": resolve_error,
+        "confirm_error": confirm_error,
         "may_redeliver": access.may_redeliver(request.user, op),
-        "resolve_form": ResolveForm(),
+        "resolve_form": resolve_form or ResolveForm(),
+        "confirm_form": confirm_form or ConfirmForm(),
         "note_form": NoteForm(),
-        **live,
+        "console_link": contracts.console_link(
+            contract, idempotency_key=op.idempotency_key, downstream_id=op.downstream_id
+        ),
+        "answers": [
+            evidence.answer_card(event, lookup_request=lookup_request) for event in trace["probes"]
+        ],
+        "attempt_rows": [
+            {"attempt": attempt, "resolved": resolved.get(attempt.number)}
+            for attempt in trace["attempts"]
+        ],
+        "proposal": proposal,
+        **_live(op),
         **trace,
     }
-    return render(request, template, context)
+    return render(request, "console/operation.html", context, status=status)
 
 
 def _back(op_id: str) -> HttpResponse:
@@ -94,12 +153,13 @@ def _back(op_id: str) -> HttpResponse:
 @require_POST
 @login_required
 def operation_resolve(request: AuthenticatedHttpRequest, operation_id: str) -> HttpResponse:
+    """A person's answer. A refused one shows the page again with the answer as it was
+    chosen and typed, so that nothing needs choosing or typing twice."""
     op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
     form = ResolveForm(request.POST)
     if not form.is_valid():
-        for errors in form.errors.values():
-            messages.error(request, " ".join(str(error) for error in errors))
-        return _back(op.id)
+        error = " ".join(str(error) for errors in form.errors.values() for error in errors)
+        return _detail_page(request, op, resolve_form=form, error=error, status=400)
     data = form.cleaned_data
     try:
         op = services.operation_resolve(
@@ -111,8 +171,8 @@ def operation_resolve(request: AuthenticatedHttpRequest, operation_id: str) -> H
             snooze_until=data["snooze_until"],
         )
     except Refusal as refusal:
-        messages.error(request, refusal.detail)
-        return _back(op.id)
+        op = found(selectors.operation_get_for_user, user=request.user, operation_id=op.id)
+        return _detail_page(request, op, resolve_form=form, error=refusal.detail, status=400)
     if data["result"] == "not_found" and op.status == "outcome_unknown":
         messages.success(request, "Recorded. A second person must confirm that it did not happen.")
     else:
@@ -162,8 +222,9 @@ def resolution_confirm(
     op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
     form = ConfirmForm(request.POST)
     if not form.is_valid():
-        messages.error(request, "Choose confirm or dispute.")
-        return _back(op.id)
+        return _detail_page(
+            request, op, confirm_form=form, error="Choose confirm or dispute.", status=400
+        )
     try:
         op = services.operation_resolution_confirm(
             resolution_id=resolution_id,
@@ -172,9 +233,9 @@ def resolution_confirm(
             note=form.cleaned_data["note"],
         )
     except Refusal as refusal:
-        messages.error(request, refusal.detail)
-    else:
-        messages.success(request, f"Recorded. The operation is {op.status}.")
+        op = found(selectors.operation_get_for_user, user=request.user, operation_id=op.id)
+        return _detail_page(request, op, confirm_form=form, error=refusal.detail, status=400)
+    messages.success(request, f"Recorded. The operation is {op.status}.")
     return _back(op.id)
 
 

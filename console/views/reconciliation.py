@@ -9,14 +9,18 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from operations import access, selectors
+from operations.contracts import display
 from operations.machine import EffectClass
 
+from ..evidence import code_in_words
 from ..middleware import AuthenticatedHtmxRequest
 from .common import count_param, partial
 
 # The "older than" filter goes back at most a hundred years: far enough for any queue,
 # and near enough that now minus that many minutes is still a date.
 MAX_AGE_MINUTES = 100 * 365 * 24 * 60
+# The "Why" column shows this much of a runner's detail; the operation page shows it all.
+WHY_DETAIL = 80
 
 
 @require_GET
@@ -47,12 +51,15 @@ def reconciliation(request: AuthenticatedHtmxRequest) -> HttpResponse:
             "since": op.status_changed_at or op.created_at,
             "stale": (now - (op.status_changed_at or op.created_at)).total_seconds() > warning,
             "proposal": proposals.get(op.id),
+            "amount": display.amount(op.tool_version.contract, op.arguments),
+            "why": code_in_words(op.error_code, op.error_detail, detail_limit=WHY_DETAIL),
         }
         for op in ops
     ]
     context = {
         "rows": rows,
         "queue": queue,
+        # The counts the navigation shows too (selectors.nav_counts), capped alike.
         "queues": [
             (name, label, count)
             for (name, label), count in zip(

@@ -9,19 +9,20 @@
 - ``paths``: what a schema provably says about one place in the arguments.
 - ``subsumption`` and ``strength``: whether a new version protects at least as much.
 - ``display``: what an operation will do, in words.
+- ``links``: an operation's lookup URL and provider console link, filled in.
 
 Pure: no Django model or HTTP import.
 """
 
 from .arguments import concurrency_value
 from .display import summary_labels
+from .links import ConsoleLink, console_link, lookup_url
 from .strength import weakenings
 from .validation import (
     APPROVAL_MODE_RANK,
     CONTRACT_SCHEMA,
     DISPLAY_FORMATS,
     DISPLAY_PLACEHOLDER,
-    URL_PLACEHOLDER,
     URL_PLACEHOLDERS,
     normalize_contract,
     sensitive_paths,
@@ -33,9 +34,11 @@ __all__ = [
     "CONTRACT_SCHEMA",
     "DISPLAY_FORMATS",
     "DISPLAY_PLACEHOLDER",
-    "URL_PLACEHOLDER",
     "URL_PLACEHOLDERS",
+    "ConsoleLink",
     "concurrency_value",
+    "console_link",
+    "lookup_url",
     "normalize_contract",
     "sensitive_paths",
     "summary_labels",

@@ -271,3 +271,26 @@ def amount_pointer(contract: dict[str, Any]) -> str | None:
         if field_for(contract, _top(name)).get("format") in ("money", "cents"):
             return _top(name)
     return None
+
+
+def amount(contract: dict[str, Any], arguments: Any) -> str:
+    """The amount at stake, for a row that has no room for the whole summary.
+
+    The argument ``amount_pointer`` names, as the contract reads it ("€80.00", "8,000
+    cents"); else the first top-level argument whose name says it is an amount, with
+    its label, so that a bare number never passes for money ("Amount: 8000"); else
+    ``MISSING``.
+    """
+    pointer = amount_pointer(contract)
+    if pointer is not None:
+        value = resolve_pointer(arguments, pointer)
+        if not is_missing(value) and value is not None:
+            return describe(contract, pointer, value)
+    if isinstance(arguments, dict):
+        for name, value in arguments.items():
+            numeric = isinstance(value, int | float | str) and not isinstance(value, bool)
+            if "amount" in str(name).lower() and numeric:
+                pointer = _top(str(name))
+                label = field_for(contract, pointer)["label"]
+                return _clip(f"{label}: {describe(contract, pointer, value)}")
+    return MISSING

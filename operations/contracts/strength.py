@@ -70,6 +70,13 @@ def _setting_weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             reasons.append(f"longer {ttl}")
     if new["reconcile"]["url"] != old["reconcile"]["url"] and new["reconcile"]["url"]:
         reasons.append("another reconciliation lookup URL")
+    console_url = new["reconcile"].get("console_url")
+    if console_url and console_url != old["reconcile"].get("console_url"):
+        # Support opens this link to find the evidence that settles an unknown outcome,
+        # and a "did not happen" lets an irreversible effect run again: a look-alike
+        # page misleads a person as a lookup URL misleads the probes. Dropping it hides
+        # nothing (support looks the key up by hand, as without one).
+        reasons.append("another provider console link (reconcile.console_url)")
     if set(new["retry"]["retryable_codes"]) - set(old["retry"]["retryable_codes"]):
         reasons.append("more retryable codes (automatic retries of possibly processed calls)")
     if old["concurrency_key"] and new["concurrency_key"] != old["concurrency_key"]:

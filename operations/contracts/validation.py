@@ -10,7 +10,7 @@ the key keep their hash, and a rule without it means "match" wherever it is read
 import copy
 import re
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 import httpx
 from jsonschema import Draft202012Validator
@@ -28,6 +28,9 @@ DISPLAY_FORMATS = ("text", "money", "datetime", "email", "url")
 # A placeholder of a display summary: a JSON pointer into the arguments, in braces.
 DISPLAY_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 URL_PLACEHOLDERS = {"idempotency_key", "operation_id"}
+# A provider console link (reconcile.console_url): what support reads the effect by.
+CONSOLE_URL_PLACEHOLDERS = {"downstream_id", "idempotency_key"}
+CONSOLE_URL_MAX_LENGTH = 1000
 
 _pointer = {"type": "string", "pattern": "^(/([^~/]|~[01])*)+$"}
 _positive = {"type": "integer", "minimum": 1, "maximum": 10**9}
@@ -103,6 +106,11 @@ CONTRACT_SCHEMA: dict[str, Any] = {
                 "mode": {"enum": ["manual", "lookup"]},
                 "url": {"type": "string", "maxLength": 2000},
                 "max_probes": {"type": "integer", "minimum": 1, "maximum": 1000},
+                "console_url": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": CONSOLE_URL_MAX_LENGTH,
+                },
             },
         },
         "concurrency_key": {"anyOf": [_pointer, {"type": "null"}]},
@@ -199,27 +207,36 @@ def _overlaps(a: tuple[str, ...], b: tuple[str, ...]) -> bool:
     return all(x == y or "*" in (x, y) for x, y in zip(a, b, strict=False))
 
 
-URL_PLACEHOLDER = re.compile(r"\{(" + "|".join(sorted(URL_PLACEHOLDERS)) + r")\}")
+def _placeholder_pattern(names: set[str]) -> re.Pattern[str]:
+    return re.compile(r"\{(" + "|".join(sorted(names)) + r")\}")
 
 
-def url_template_problems(url: str) -> list[dict[str, str]]:
-    """Refuse a lookup URL template that could expand into anything but a plain URL.
+URL_PLACEHOLDER = _placeholder_pattern(URL_PLACEHOLDERS)
+CONSOLE_URL_PLACEHOLDER = _placeholder_pattern(CONSOLE_URL_PLACEHOLDERS)
+# The schemes a template may have, as its refusal names them.
+_SCHEMES = {"http(s)": ("http", "https"), "https": ("https",)}
+
+
+def _template_problems(
+    url: str, *, placeholder: re.Pattern[str], names: set[str], where: str, schemes: str
+) -> list[dict[str, str]]:
+    """Refuse a URL template that could expand into anything but a plain URL.
 
     Templates used to be filled with ``str.format``, which also reads format specs
     (``{idempotency_key:>100000}`` is a 100 kB URL), conversions and attribute or index
-    access. Only the plain placeholders are allowed, only in the path and query, and no
-    other brace at all: a literal brace has no place in a URL. ``probes.lookup_url``
-    checks again before filling, for versions stored before this check existed.
+    access. Only the plain placeholders of ``names`` (which ``placeholder`` matches) are
+    allowed, only in the path, query and fragment, and no other brace at all: a literal
+    brace has no place in a URL. ``schemes`` is a key of ``_SCHEMES``.
     """
 
     def refuse(message: str) -> list[dict[str, str]]:
-        return [{"path": "/reconcile/url", "message": message}]
+        return [{"path": where, "message": message}]
 
-    bare = URL_PLACEHOLDER.sub("", url)
+    bare = placeholder.sub("", url)
     if "{" in bare or "}" in bare:
         return refuse(
             "Only the placeholders "
-            + ", ".join(f"{{{name}}}" for name in sorted(URL_PLACEHOLDERS))
+            + ", ".join(f"{{{name}}}" for name in sorted(names))
             + " may be used, without format specs, conversions or other braces."
         )
     if any(ch.isspace() or not ch.isprintable() for ch in url):
@@ -227,14 +244,66 @@ def url_template_problems(url: str) -> list[dict[str, str]]:
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - reading the port validates it
-        httpx.URL(URL_PLACEHOLDER.sub("x", url))
+        httpx.URL(placeholder.sub("x", url))
     except (ValueError, httpx.InvalidURL) as exc:
-        return refuse(f"Not a URL the lookup can call: {exc}.")
-    if parts.scheme not in {"http", "https"} or not parts.hostname:
-        return refuse("Must be an http(s) URL with a host.")
+        return refuse(f"Not a URL a browser or the lookup can open: {exc}.")
+    if parts.scheme not in _SCHEMES[schemes] or not parts.hostname:
+        return refuse(f"Must be an {schemes} URL with a host.")
     if "{" in parts.netloc:
         return refuse("Placeholders may be used in the path and query only.")
     return []
+
+
+def url_template_problems(url: str) -> list[dict[str, str]]:
+    """Refuse a lookup URL template (``reconcile.url``) that could expand into anything
+    but a plain http(s) URL (``_template_problems``). ``probes.lookup_url`` checks again
+    before filling, for versions stored before this check existed."""
+    return _template_problems(
+        url,
+        placeholder=URL_PLACEHOLDER,
+        names=URL_PLACEHOLDERS,
+        where="/reconcile/url",
+        schemes="http(s)",
+    )
+
+
+def console_url_problems(url: str) -> list[dict[str, str]]:
+    """Refuse a provider console link template (``reconcile.console_url``) that is not a
+    plain https link.
+
+    Effectgate never fetches it: the console shows it to the people who reconcile, who
+    open it in their own browser. So it must be https (no ``javascript:``, no plain
+    http a network can rewrite) and written in ASCII, so that the host the console names
+    is the host the browser opens (an international name in its ``xn--`` form, never a
+    look-alike letter), with no user name or password in it (``https://pay.example.com@
+    elsewhere.test/`` opens ``elsewhere.test``).
+    """
+    where = "/reconcile/console_url"
+    if not url.isascii():
+        return [
+            {
+                "path": where,
+                "message": "Write the link in ASCII: percent-encode other characters and "
+                "give an international host name in its xn-- form.",
+            }
+        ]
+    problems = _template_problems(
+        url,
+        placeholder=CONSOLE_URL_PLACEHOLDER,
+        names=CONSOLE_URL_PLACEHOLDERS,
+        where=where,
+        schemes="https",
+    )
+    if not problems and "@" in urlsplit(url).netloc:
+        problems = [{"path": where, "message": "A link holds no user name or password."}]
+    return problems
+
+
+def fill_url_template(template: str, placeholder: re.Pattern[str], values: dict[str, str]) -> str:
+    """``template`` with each placeholder replaced by its value, percent-encoded (every
+    character but letters, digits and ``_.-~``), never through ``str.format``. Check the
+    template first (``url_template_problems``, ``console_url_problems``)."""
+    return placeholder.sub(lambda match: quote(values[match[1]], safe=""), template)
 
 
 def _unproven_places(
@@ -370,6 +439,8 @@ def normalize_contract(body: Any) -> dict[str, Any]:
             problems.extend(url_template_problems(reconcile["url"]))
     elif reconcile["url"]:
         problems.append({"path": "/reconcile/url", "message": 'a url needs mode "lookup"'})
+    if "console_url" in reconcile:
+        problems.extend(console_url_problems(reconcile["console_url"]))
     inbound = body.get("inbound")
     if inbound is not None:
         if not (inbound.get("idempotency_key") or inbound.get("downstream_id")):

@@ -22,14 +22,12 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
-from urllib.parse import quote
 
 import httpx
 from django.conf import settings
 from django.utils import timezone
 
-from .. import errors, services
-from ..contracts import URL_PLACEHOLDER, url_template_problems
+from .. import contracts, errors, services
 from ..hosts import lookup_policy
 from ..machine import Status
 from ..metrics import PROBE_FAILURES, timed_sweep
@@ -53,16 +51,9 @@ class Answer:
 
 
 def lookup_url(template: str, op: Operation) -> str:
-    """The template with its placeholders filled in, never through ``str.format``.
-
-    A version stored before templates were checked may hold one that is no longer
-    accepted (``{idempotency_key:>100000000}``): it raises ValueError, a failed probe.
-    """
-    problems = url_template_problems(template)
-    if problems:
-        raise ValueError(problems[0]["message"])
-    values = {"idempotency_key": op.idempotency_key, "operation_id": op.id}
-    return URL_PLACEHOLDER.sub(lambda match: quote(values[match[1]], safe=""), template)
+    """``contracts.lookup_url`` for ``op``: a template that is no longer accepted raises
+    ValueError, a failed probe."""
+    return contracts.lookup_url(template, idempotency_key=op.idempotency_key, operation_id=op.id)
 
 
 def _parse(response: httpx.Response, body: bytes) -> Answer:

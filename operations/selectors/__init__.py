@@ -13,6 +13,7 @@ from .dashboard import (
     dashboard_unknown_rate,
 )
 from .people import (
+    NAV_COUNT_CAP,
     SAVED_QUEUES,
     STALE_AFTER,
     UNRESOLVED,
@@ -81,6 +82,7 @@ from .runner import (
 
 __all__ = [
     "APPROVAL_AGE_BUCKETS",
+    "NAV_COUNT_CAP",
     "SAVED_QUEUES",
     "STALE_AFTER",
     "UNRESOLVED",

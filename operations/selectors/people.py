@@ -146,16 +146,36 @@ def approval_comparison(request: ApprovalRequest) -> tuple[str, Operation] | Non
 
 SAVED_QUEUES = {
     "all": "Unknown and compensating",
+    "to_confirm": "Waiting for your confirmation",
     "unknown_15m": "Unknown > 15 min",
     "lease_expired": "Lease expired",
     "approved_unclaimed": "Approved but never claimed",
     "probes_failing": "Probes failing",
 }
 STALE_AFTER = timedelta(minutes=15)
+# The queues' counts read at most this many ids (no COUNT over a large ledger on every
+# page): the navigation and the queue's tabs show "99+" beyond.
+NAV_COUNT_CAP = 100
 
 
-def _queue(base: QuerySet[Operation], name: str, now: datetime) -> QuerySet[Operation]:
+def _reconcilable(
+    user: Person, now: datetime, *, include_snoozed: bool = False
+) -> QuerySet[Operation]:
+    """The operations of the tools ``user`` may reconcile, without the snoozed ones."""
+    base = Operation.objects.filter(tool__in=access.tools_for_user(user, [access.RECONCILE]))
+    return base if include_snoozed else base.exclude(snoozed_until__gt=now)
+
+
+def _queue(
+    base: QuerySet[Operation], name: str, *, user: Person, now: datetime
+) -> QuerySet[Operation]:
     unresolved = [Status.OUTCOME_UNKNOWN, Status.COMPENSATING]
+    if name == "to_confirm":
+        # "Did not happen" proposals of someone else, waiting for this person (four eyes).
+        proposed = Resolution.objects.filter(operation=OuterRef("pk"), review__isnull=True).exclude(
+            declared_by=user
+        )
+        return base.filter(Exists(proposed), status=Status.OUTCOME_UNKNOWN)
     if name == "unknown_15m":
         return base.filter(status=Status.OUTCOME_UNKNOWN, status_changed_at__lte=now - STALE_AFTER)
     if name == "lease_expired":
@@ -187,7 +207,7 @@ def reconciliation_queue(
 ) -> QuerySet[Operation]:
     """Operations that need a person's answer, oldest first."""
     now = now or timezone.now()
-    base = Operation.objects.filter(tool__in=access.tools_for_user(user, [access.RECONCILE]))
+    base = _reconcilable(user, now, include_snoozed=include_snoozed)
     if tool:
         base = base.filter(tool_id=tool)
     if effect_class:
@@ -196,16 +216,27 @@ def reconciliation_queue(
         base = base.filter(run_id=run)
     if min_age_s:
         base = base.filter(status_changed_at__lte=now - timedelta(seconds=min_age_s))
-    if not include_snoozed:
-        base = base.exclude(snoozed_until__gt=now)
     return (
-        _queue(base, queue if queue in SAVED_QUEUES else "all", now)
+        _queue(base, queue if queue in SAVED_QUEUES else "all", user=user, now=now)
         .select_related("run", "tool_version")
         .order_by("status_changed_at", "id")
     )
 
 
-NAV_COUNT_CAP = 100
+def reconciliation_counts(
+    *, user: Person, now: datetime | None = None, queues: Iterable[str] = SAVED_QUEUES
+) -> dict[str, int]:
+    """How many operations each saved queue holds for ``user`` unfiltered (snoozed ones
+    left out), at most ``NAV_COUNT_CAP``: the queue's tabs and the navigation both show
+    these, so they cannot disagree."""
+    now = now or timezone.now()
+    base = _reconcilable(user, now)
+    return {
+        name: len(
+            _queue(base, name, user=user, now=now).values_list("pk", flat=True)[:NAV_COUNT_CAP]
+        )
+        for name in queues
+    }
 
 
 def pending_proposals(*, op_ids: list[str]) -> dict[str, Resolution]:
@@ -220,31 +251,20 @@ def pending_proposals(*, op_ids: list[str]) -> dict[str, Resolution]:
 
 def nav_counts(*, user: Person) -> dict[str, int]:
     """What the console's navigation counts for this person: requests waiting for their
-    decision, unknown outcomes they may answer, and "did not happen" proposals of
-    someone else waiting for their confirmation (four eyes)."""
-    reconcilable = access.tools_for_user(user, [access.RECONCILE])
-
-    def capped(queryset: QuerySet[Any]) -> int:
-        # Read at most NAV_COUNT_CAP ids (no COUNT over a large ledger on every page).
-        return len(queryset.values_list("pk", flat=True)[:NAV_COUNT_CAP])
-
+    decision, the operations the reconciliation queue holds for them (its first tab),
+    and "did not happen" proposals of someone else waiting for their confirmation (four
+    eyes; the queue's "to_confirm" tab)."""
+    queues = reconciliation_counts(user=user, queues=("all", "to_confirm"))
+    pending = (
+        requests_pending_for_user(user=user)
+        .filter(expires_at__gt=timezone.now())
+        .exclude(decisions__user=user)
+        .order_by()
+    )
     return {
-        "pending": capped(
-            requests_pending_for_user(user=user)
-            .filter(expires_at__gt=timezone.now())
-            .exclude(decisions__user=user)
-            .order_by()
-        ),
-        "unknown": capped(
-            Operation.objects.filter(tool__in=reconcilable, status=Status.OUTCOME_UNKNOWN)
-        ),
-        "to_confirm": capped(
-            Resolution.objects.filter(
-                review__isnull=True,
-                operation__status=Status.OUTCOME_UNKNOWN,
-                operation__tool__in=reconcilable,
-            ).exclude(declared_by=user)
-        ),
+        "pending": len(pending.values_list("pk", flat=True)[:NAV_COUNT_CAP]),
+        "reconciliation": queues["all"],
+        "to_confirm": queues["to_confirm"],
     }
 
 
@@ -254,14 +274,6 @@ def lands_on_queue(user: Person) -> bool:
         not access.tools_for_user(user, [access.DECIDE]).exists()
         and access.tools_for_user(user, [access.RECONCILE]).exists()
     )
-
-
-def reconciliation_counts(*, user: Person, now: datetime | None = None) -> dict[str, int]:
-    now = now or timezone.now()
-    base = Operation.objects.filter(
-        tool__in=access.tools_for_user(user, [access.RECONCILE])
-    ).exclude(snoozed_until__gt=now)
-    return {name: _queue(base, name, now).count() for name in SAVED_QUEUES}
 
 
 def operation_trace(op: Operation) -> dict[str, Any]:

@@ -87,7 +87,11 @@ REFUND: dict[str, Any] = {
         # An approver may lower (or raise) the amount: an edited copy then runs.
         "editable": ["/amount_cents"],
     },
-    "reconcile": {"mode": "manual"},
+    # Support opens the provider's record of a refund from the reconciliation pages.
+    "reconcile": {
+        "mode": "manual",
+        "console_url": "https://pay.example.com/refunds?idempotency_key={idempotency_key}",
+    },
     "concurrency_key": "/payment_id",
     "display": {
         "summary": "Refund {/amount_cents} to payment {/payment_id}",
