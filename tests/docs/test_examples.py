@@ -7,8 +7,9 @@ after the other would, and a fake payment provider; it must exit 0 and show the 
 the ``text output`` block that follows it. What a reader replaces is replaced here, and
 nothing else (``PLACEHOLDERS``). The first blocks a newcomer pastes (the README's and the
 client's quick start) also run twice against a server set up as `make run` sets it up:
-its demo data, its demo token, no lookup host allowed, no provider but their own. Fragments are checked for syntax, TOML and YAML blocks
-parse (JSON blocks: test_api_reference.py).
+its demo data, its demo token, no lookup host allowed, no provider but their own.
+Fragments are checked for syntax, TOML and YAML blocks parse (JSON blocks:
+test_api_reference.py).
 """
 
 from __future__ import annotations
