@@ -284,7 +284,7 @@ def amount(contract: dict[str, Any], arguments: Any) -> str:
     pointer = amount_pointer(contract)
     if pointer is not None:
         value = resolve_pointer(arguments, pointer)
-        if not is_missing(value) and value is not None:
+        if isinstance(value, int | float | str) and not isinstance(value, bool):
             return describe(contract, pointer, value)
     if isinstance(arguments, dict):
         for name, value in arguments.items():

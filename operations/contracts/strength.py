@@ -13,16 +13,18 @@ from typing import Any
 from approvals.policy import json_equal, parse_pointer, skips_when_missing
 
 from ..machine import EFFECT_CLASS_RANK, EffectClass
-from .display import summary_labels
+from .display import humanize, summary_labels
 from .paths import Unproven, format_pointer, format_types, locate
 from .subsumption import widenings
 from .validation import APPROVAL_MODE_RANK, sensitive_paths
 
 
 def _titled(labels: dict[str, str] | None) -> dict[str, str] | None:
-    """The labels that are not the argument's own name (an untitled argument reads the
-    same whether the schema declares it or not)."""
-    return None if labels is None else {n: label for n, label in labels.items() if label != n}
+    """The labels that are not the argument's own name in words (an untitled argument
+    reads the same whether the schema declares it or not)."""
+    if labels is None:
+        return None
+    return {n: label for n, label in labels.items() if label != humanize(n)}
 
 
 def weakenings(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

@@ -21,8 +21,11 @@ def test_the_money_field_of_the_display_is_shown_with_its_currency():
     assert shown == "€80.00"
 
 
-def test_without_a_money_field_the_amount_keeps_its_name():
-    assert _amount({"payment_id": "pay_1", "amount_cents": 75000}) == "amount_cents: 75000"
+def test_without_a_money_field_the_amount_says_its_unit_or_its_name():
+    # A name in cents says cents (display.inferred_field); any other amount keeps its
+    # label, so a bare number never passes for money.
+    assert _amount({"payment_id": "pay_1", "amount_cents": 75000}) == "75,000 cents"
+    assert _amount({"payment_id": "pay_1", "refund_amount": 75}) == "Refund amount: 75"
 
 
 @pytest.mark.parametrize(
@@ -50,4 +53,4 @@ def test_a_sensitive_amount_stays_hidden():
         "type": "object",
         "properties": {"amount_cents": {"type": "integer", "x-sensitive": True}},
     }
-    assert _amount({"amount_cents": "digest"}, input_schema=schema) == "amount_cents: (sensitive)"
+    assert _amount({"amount_cents": "digest"}, input_schema=schema) == "(sensitive)"

@@ -23,6 +23,8 @@ OTHER_KINDS = {
     "outcome": {"succeeded", "failed", "unknown"},
     "chart": {"bars", "line", "hbars"},
     "argument": {"string", "integer", "number", "boolean", "json", "money", "datetime"},
+    # How a value reads (operations.contracts.display formats).
+    "display": {"text", "money", "cents", "datetime", "email", "url"},
     "actor": {"", "user", "runner"},
     # What a policy version does (PolicyVersion.kind, policies.cedar.Kind).
     "policy": {"forbid", "require", "permit"},
