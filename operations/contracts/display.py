@@ -17,6 +17,9 @@ their schema ``title`` (or name). A value the contract marks ``x-sensitive`` sho
 digest). Whatever a runner sent, formatting never fails and never grows: a value that
 does not fit its format is shown as text, each at most ``MAX_VALUE`` characters. The
 text is plain: templates escape it and reveal hidden characters (``reveal``).
+
+``money_field`` names the field that holds what an operation puts at stake (the
+dashboard adds it up); ``money_text`` writes an amount, a sum too, in its currency.
 """
 
 import re
@@ -34,8 +37,10 @@ MINOR_DIGITS = {"JPY": 0, "KRW": 0, "BHD": 3, "KWD": 3, "TND": 3}
 MISSING = "—"
 FALLBACK_FIELDS = 4
 MAX_VALUE = 200
-# Matched in full: with match(), a "$" would also admit a final newline.
-AMOUNT = re.compile(r"-?[0-9]{1,30}(\.[0-9]{1,30})?")
+# A plain amount without its sign; matched in full (with match(), a "$" would also admit
+# a final newline).
+UNSIGNED_AMOUNT = r"[0-9]{1,30}(\.[0-9]{1,30})?"
+AMOUNT = re.compile("-?" + UNSIGNED_AMOUNT)
 EXACT = Context(prec=80)
 
 
@@ -43,22 +48,49 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 1] + "…"
 
 
-def _money(value: Any, field: dict[str, Any]) -> str | None:
-    """The amount in words, or None when the value is not a plain decimal amount."""
-    text = str(value)
-    if not AMOUNT.fullmatch(text):
-        return None
-    currency = field.get("currency", "")
+def in_currency_units(amount: Decimal, field: dict[str, Any]) -> Decimal:
+    """An amount as a money field holds it (in minor units when ``minor_units``), in
+    the currency's units: exact, never rounded (``1250`` cents is ``12.50``)."""
+    if not field.get("minor_units"):
+        return amount
+    return amount.scaleb(-MINOR_DIGITS.get(field.get("currency", ""), 2), context=EXACT)
+
+
+def money_text(amount: Decimal, currency: str) -> str:
+    """An amount in ``currency``'s units as people read it: ``€1,250.00``, ``¥3,000``,
+    ``12.345 KWD``; never rounded (more decimals than the currency has show them all)."""
     digits = MINOR_DIGITS.get(currency, 2)
-    amount = Decimal(text)
-    if field.get("minor_units"):
-        amount = amount.scaleb(-digits, context=EXACT)
     exponent = amount.as_tuple().exponent
     shown = max(digits, -exponent) if isinstance(exponent, int) else digits
     number = f"{abs(amount):,.{shown}f}"
     sign = "-" if amount < 0 else ""
     symbol = SYMBOLS.get(currency)
     return f"{sign}{symbol}{number}" if symbol else f"{sign}{number} {currency}"
+
+
+def _money(value: Any, field: dict[str, Any]) -> str | None:
+    """The amount in words, or None when the value is not a plain decimal amount."""
+    text = str(value)
+    if not AMOUNT.fullmatch(text):
+        return None
+    return money_text(in_currency_units(Decimal(text), field), field.get("currency", ""))
+
+
+def money_field(contract: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The display field that holds what an operation of this contract puts at stake:
+    the first money field the summary names, else the first money field by pointer;
+    None when the contract declares none. One per contract: a second money field (a
+    fee, the original amount) is not added to it."""
+    display = contract.get("display") or {}
+    fields = display.get("fields") or {}
+    money = {
+        pointer: field
+        for pointer, field in fields.items()
+        if isinstance(field, dict) and field.get("format") == "money" and field.get("currency")
+    }
+    named = [p for p in DISPLAY_PLACEHOLDER.findall(display.get("summary") or "") if p in money]
+    pointer = named[0] if named else min(money, default=None)
+    return None if pointer is None else (pointer, money[pointer])
 
 
 def _datetime(value: Any) -> str | None:

@@ -1,28 +1,45 @@
 """Dashboard figures: every query is bounded by a state index or a time window."""
 
 import math
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
+from django.db import connection
 from django.db.models import (
+    Case,
     Count,
+    DecimalField,
     DurationField,
+    Expression,
     ExpressionWrapper,
     F,
+    Func,
     Max,
     Q,
     QuerySet,
+    Sum,
+    TextField,
+    Value,
+    When,
 )
+from django.db.models.fields.json import KeyTextTransform, KeyTransform
 from django.db.models.functions import TruncDate
 
 from approvals.models import ApprovalRequest
 from approvals.people import Person
+from approvals.policy import parse_pointer
 
 from .. import access
+from ..contracts.display import EXACT, UNSIGNED_AMOUNT, in_currency_units, money_field
 from ..machine import TERMINAL, EventKind, Status
 from ..models import (
     Event,
     Operation,
+    ToolVersion,
 )
 from .people import UNRESOLVED
 
@@ -221,3 +238,177 @@ def dashboard_backlog(
             }
         )
     return series
+
+
+# --- money at stake ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StakeState:
+    """A column of the money at stake: the operations in ``statuses`` (for
+    ``succeeded``, only those that reached it within ``COMMITTED_WINDOW``)."""
+
+    key: str
+    label: str
+    statuses: tuple[Status, ...]
+
+
+# Money not yet settled, in the order it moves through the ledger: waiting for a
+# person's decision; allowed and about to move or moving; perhaps moved (reconciliation
+# must say); being undone. What was committed over the last day is beside it for scale.
+STAKE_STATES = (
+    StakeState("awaiting_approval", "Awaiting approval", (Status.AWAITING_APPROVAL,)),
+    StakeState("ready", "Ready or running", (Status.READY, Status.EXECUTING)),
+    StakeState("outcome_unknown", "Outcome unknown", (Status.OUTCOME_UNKNOWN,)),
+    StakeState("compensating", "Compensating", (Status.COMPENSATING,)),
+    StakeState("committed", "Committed, last 24 h", (Status.SUCCEEDED,)),
+)
+COMMITTED_WINDOW = timedelta(days=1)
+_STATE_OF = {status.value: state.key for state in STAKE_STATES for status in state.statuses}
+# What counts: a plain non-negative amount, the display's own pattern without the sign
+# (a negative one must not hide another's exposure). The anchors mean the same to
+# PostgreSQL and to Python's re: the very start and end of the text.
+_COUNTED = r"^" + UNSIGNED_AMOUNT + r"$"
+_COUNTED_RE = re.compile(UNSIGNED_AMOUNT)
+
+
+@dataclass
+class MoneyAtStake:
+    """What ``dashboard_money_at_stake`` found, never adding two currencies."""
+
+    # (state key, tool, currency) -> the amount in the currency's units, and how many
+    # operations it adds up.
+    amounts: dict[tuple[str, str, str], Decimal] = field(default_factory=dict)
+    operations: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    # Operations of a tool with a money field whose amount is not a plain non-negative
+    # amount (text, negative, over 30 digits, missing, a sensitive value's digest).
+    not_counted: dict[str, int] = field(default_factory=dict)
+    # Operations at stake of tool versions that declare no money field, by tool.
+    without_field: dict[str, int] = field(default_factory=dict)
+
+    def add(self, state: str, tool: str, currency: str, amount: Decimal, operations: int) -> None:
+        key = (state, tool, currency)
+        # Exactly: the default context keeps 28 digits, an amount may have 60.
+        self.amounts[key] = EXACT.add(self.amounts.get(key, Decimal(0)), amount)
+        self.operations[key] = self.operations.get(key, 0) + operations
+
+    @property
+    def currencies(self) -> list[str]:
+        return sorted({currency for _, _, currency in self.amounts})
+
+    @property
+    def tools(self) -> list[tuple[str, str]]:
+        """Every (tool, currency) with money at stake, by tool."""
+        return sorted({(tool, currency) for _, tool, currency in self.amounts})
+
+    def total(
+        self, state: str, currency: str, tool: str | None = None
+    ) -> tuple[Decimal, int] | None:
+        """The amount in ``currency`` in ``state`` (of ``tool``, or of every tool) and
+        how many operations it adds up; None when there is none."""
+        keys = [
+            key
+            for key in self.amounts
+            if key[0] == state and key[2] == currency and tool in (None, key[1])
+        ]
+        if not keys:
+            return None
+        amount = Decimal(0)
+        for key in keys:
+            amount = EXACT.add(amount, self.amounts[key])
+        return amount, sum(self.operations[key] for key in keys)
+
+
+class _Numeric(Func):
+    """Text as PostgreSQL's ``numeric`` without a precision: exact, never rounded
+    (Django's ``Cast`` to a ``DecimalField`` would fix one)."""
+
+    template = "(%(expressions)s)::numeric"
+    output_field = DecimalField()
+
+
+def _text_at(pointer: str) -> Expression:
+    """The arguments' value at ``pointer`` as text (None where there is none; the
+    arguments as a whole, an object, are never an amount)."""
+    tokens = parse_pointer(pointer)
+    if not tokens:
+        return Value(None, output_field=TextField())
+    *parents, last = tokens
+    expression: Any = "arguments"
+    for token in parents:
+        expression = KeyTransform(token, expression)
+    return KeyTextTransform(last, expression)
+
+
+def dashboard_money_at_stake(*, user: Person, now: datetime) -> MoneyAtStake:
+    """The money at stake per state (``STAKE_STATES``), tool and currency, read from
+    each tool version's money field (``display.money_field``) in the database.
+
+    1. The versions of the tools the person sees are read with their display only (the
+       tool registry, not the ledger), and grouped by the pointer of their money field.
+    2. One grouped query over the operations at stake (found through the status
+       indexes) takes each one's value at its version's pointer; PostgreSQL keeps the
+       plain amounts and adds them exactly (``numeric``) per version and state. SQLite
+       (the local mode) has no exact decimal type: it groups by the value instead, and
+       Python adds the distinct values.
+    3. Each version's sum is turned into its currency's units and added per currency.
+    """
+    visible = access.visible_filter(user, "tool")
+    fields: dict[int, tuple[str, dict[str, Any]]] = {}
+    tools: dict[int, str] = {}
+    by_pointer: dict[str, list[int]] = defaultdict(list)
+    for version_id, tool, display in ToolVersion.objects.filter(visible).values_list(
+        "id", "tool_id", "contract__display"
+    ):
+        tools[version_id] = tool
+        money = money_field({"display": display}) if isinstance(display, dict) else None
+        if money is not None:
+            fields[version_id] = money
+            by_pointer[money[0]].append(version_id)
+    whens = [When(tool_version_id__in=ids, then=_text_at(p)) for p, ids in by_pointer.items()]
+    amount_text = Case(*whens, default=Value(None), output_field=TextField())
+    at_stake = Q(status__in=[s for s in _STATE_OF if s != Status.SUCCEEDED]) | Q(
+        status=Status.SUCCEEDED, status_changed_at__gt=now - COMMITTED_WINDOW
+    )
+    operations = Operation.objects.filter(visible & at_stake).order_by()
+    # (version, status) -> operations, those with an amount, and their sum as stored.
+    groups: dict[tuple[int, str], list[Any]] = defaultdict(lambda: [0, 0, Decimal(0)])
+    if connection.vendor == "postgresql":
+        rows = (
+            operations.alias(amount_text=amount_text)
+            .alias(
+                amount=Case(
+                    When(amount_text__regex=_COUNTED, then=_Numeric("amount_text")),
+                    output_field=DecimalField(),
+                )
+            )
+            .values_list("tool_version_id", "status")
+            .annotate(n=Count("id"), counted=Count("amount"), total=Sum("amount"))
+        )
+        for version_id, status, n, counted, total in rows:
+            groups[version_id, status] = [n, counted, total or Decimal(0)]
+    else:
+        for version_id, status, text, n in (
+            operations.annotate(amount_text=amount_text)
+            .values_list("tool_version_id", "status", "amount_text")
+            .annotate(n=Count("id"))
+        ):
+            group = groups[version_id, status]
+            group[0] += n
+            if text is not None and _COUNTED_RE.fullmatch(str(text)):
+                group[1] += n
+                group[2] = EXACT.add(group[2], EXACT.multiply(Decimal(str(text)), n))
+
+    found = MoneyAtStake()
+    for (version_id, status), (n, counted, total) in sorted(groups.items()):
+        tool = tools[version_id]
+        if version_id not in fields:
+            found.without_field[tool] = found.without_field.get(tool, 0) + n
+            continue
+        if n > counted:
+            found.not_counted[tool] = found.not_counted.get(tool, 0) + n - counted
+        if counted:
+            spec = fields[version_id][1]
+            amount = in_currency_units(total, spec)
+            found.add(_STATE_OF[status], tool, spec["currency"], amount, counted)
+    return found
