@@ -1,6 +1,7 @@
 """Money at stake on the dashboard: per state, tool and currency, from each contract's
 money field, added in the database; what counts and what does not."""
 
+import re
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -16,6 +17,8 @@ from tests.approvals.conftest import person
 from tests.conftest import contract
 from tests.support.db import skip_unless_postgresql
 from tests.support.world import Direct
+
+from .conftest import client_for
 
 NOW = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 
@@ -273,3 +276,72 @@ def test_on_postgresql_the_database_adds_the_amounts_through_the_status_indexes(
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Seq Scan on operations_operation" not in plan, plan
     assert "op_status" in plan, plan
+
+
+def _cells(html: str, header: str) -> list[str]:
+    """The text of the row headed ``header`` in the page, tags dropped."""
+    row = html.split(f'<th scope="row">{header}', 1)[1].split("</tr>", 1)[0]
+    cells = [cell.split(">", 1)[1] for cell in row.split("<td")[1:]]
+    return [" ".join(re.sub(r"<[^>]+>", " ", cell).split()) for cell in cells]
+
+
+def test_the_page_shows_money_per_state_and_per_tool_never_adding_currencies(direct):
+    direct.tool("refund", contract("irreversible", display=money("/amount_cents", "EUR")))
+    direct.tool("points", contract("irreversible", display=money("/amount_cents", "JPY")))
+    direct.tool("voucher", contract("irreversible"))
+    direct.tool("wipe", contract("irreversible", display=money("/amount_cents", "EUR")))
+    run = direct.run()
+    _register(direct, run, "refund", 1250)
+    _register(direct, run, "refund", 99_900)
+    _register(direct, run, "points", 3000)
+    _register(direct, run, "voucher", 700)
+    _register(direct, run, "wipe", 1_000_000)
+    viewer = person()
+    for name in ("refund", "points", "voucher"):
+        assign_perm("operations.decide_tool", viewer, Tool.objects.get(pk=name))
+
+    with time_machine.travel(NOW, tick=False):
+        html = client_for(viewer).get("/dashboard/").content.decode()
+    assert "Tools without a money field are not counted." in html
+    # Per state, a column per currency: euros and yen side by side, never one sum.
+    assert _cells(html, "Ready or running") == ["€1,011.50 2 operations", "¥3,000 1 operation"]
+    assert _cells(html, "Awaiting approval") == ["—", "—"]
+    assert '<th scope="col" class="num">EUR</th><th scope="col" class="num">JPY</th>' in html
+    # Per tool, a column per state.
+    refund = _cells(html, '<a href="/operations/?tool=refund">refund</a>')
+    assert refund == ["—", "€1,011.50 2 operations", "—", "—", "—"]
+    assert "Not counted, no money field:" in html
+    assert '<a href="/tools/voucher/">voucher</a> (1 operation)' in html
+    # The tool this person may not see is nowhere, nor its amount.
+    assert "wipe" not in html
+    assert "10,000.00" not in html
+    # The live partial carries the same money.
+    with time_machine.travel(NOW, tick=False):
+        partial = client_for(viewer).get("/dashboard/", {"partial": "1"}, HTTP_HX_REQUEST="true")
+    assert "€1,011.50" in partial.content.decode()
+
+
+def test_without_any_money_field_the_page_says_so(direct, superuser):
+    direct.tool("voucher", contract("irreversible"))
+    _register(direct, direct.run(), "voucher", 700)
+    with time_machine.travel(NOW, tick=False):
+        html = client_for(superuser).get("/dashboard/").content.decode()
+    assert "No money at stake in a tool with a money field." in html
+    assert "By tool" not in html
+
+
+def test_hostile_amounts_are_named_on_the_page_not_added(direct, superuser):
+    direct.tool(
+        "loose", contract("irreversible", input_schema=ANYTHING, display=money("/amount", "EUR"))
+    )
+    run = direct.run()
+    with time_machine.travel(NOW - timedelta(minutes=5), tick=False):
+        direct.register(run, "loose", {"payment_id": "pay_1", "amount": "-5000"})
+        direct.register(run, "loose", {"payment_id": "pay_1", "amount": "<b>9</b>"})
+        direct.register(run, "loose", {"payment_id": "pay_1", "amount": 100})
+    with time_machine.travel(NOW, tick=False):
+        html = client_for(superuser).get("/dashboard/").content.decode()
+    assert _cells(html, "Ready or running") == ["€1.00 1 operation"]
+    assert "Not counted, the amount is not a plain amount" in html
+    assert "loose (2 operations)" in html
+    assert "<b>9</b>" not in html
