@@ -127,7 +127,7 @@ def figures(user, now: datetime) -> dict:
     return {
         "now": now,
         "days": DAYS,
-        "money": money_figures(selectors.dashboard_money_at_stake(user=user, now=now)),
+        "money": money_figures(selectors.dashboard_money_at_stake(user=user)),
         "open_states": _state_rows(states, open_states),
         "closed_states": _state_rows(states, closed_states),
         "open_total": sum(states[s.value] for s in open_states),

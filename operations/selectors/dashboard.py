@@ -245,8 +245,7 @@ def dashboard_backlog(
 
 @dataclass(frozen=True)
 class StakeState:
-    """A column of the money at stake: the operations in ``statuses`` (for
-    ``succeeded``, only those that reached it within ``COMMITTED_WINDOW``)."""
+    """A column of the money at stake: the operations in ``statuses``."""
 
     key: str
     label: str
@@ -254,16 +253,16 @@ class StakeState:
 
 
 # Money not yet settled, in the order it moves through the ledger: waiting for a
-# person's decision; allowed and about to move or moving; perhaps moved (reconciliation
-# must say); being undone. What was committed over the last day is beside it for scale.
+# person's decision; allowed and about to move, or moving; perhaps moved (reconciliation
+# must say); being undone. Settled money (succeeded, failed, compensated) is not at
+# stake, and adding up a day of it would read the whole day's operations on every
+# refresh: these states are the queues, found through the status index.
 STAKE_STATES = (
     StakeState("awaiting_approval", "Awaiting approval", (Status.AWAITING_APPROVAL,)),
     StakeState("ready", "Ready or running", (Status.READY, Status.EXECUTING)),
     StakeState("outcome_unknown", "Outcome unknown", (Status.OUTCOME_UNKNOWN,)),
     StakeState("compensating", "Compensating", (Status.COMPENSATING,)),
-    StakeState("committed", "Committed, last 24 h", (Status.SUCCEEDED,)),
 )
-COMMITTED_WINDOW = timedelta(days=1)
 _STATE_OF = {status.value: state.key for state in STAKE_STATES for status in state.statuses}
 # What counts: a plain non-negative amount, the display's own pattern without the sign
 # (a negative one must not hide another's exposure). The anchors mean the same to
@@ -340,7 +339,7 @@ def _text_at(pointer: str) -> Expression:
     return KeyTextTransform(last, expression)
 
 
-def dashboard_money_at_stake(*, user: Person, now: datetime) -> MoneyAtStake:
+def dashboard_money_at_stake(*, user: Person) -> MoneyAtStake:
     """The money at stake per state (``STAKE_STATES``), tool and currency, read from
     each tool version's money field (``display.money_field``) in the database.
 
@@ -367,10 +366,7 @@ def dashboard_money_at_stake(*, user: Person, now: datetime) -> MoneyAtStake:
             by_pointer[money[0]].append(version_id)
     whens = [When(tool_version_id__in=ids, then=_text_at(p)) for p, ids in by_pointer.items()]
     amount_text = Case(*whens, default=Value(None), output_field=TextField())
-    at_stake = Q(status__in=[s for s in _STATE_OF if s != Status.SUCCEEDED]) | Q(
-        status=Status.SUCCEEDED, status_changed_at__gt=now - COMMITTED_WINDOW
-    )
-    operations = Operation.objects.filter(visible & at_stake).order_by()
+    operations = Operation.objects.filter(visible & Q(status__in=list(_STATE_OF))).order_by()
     # (version, status) -> operations, those with an amount, and their sum as stored.
     groups: dict[tuple[int, str], list[Any]] = defaultdict(lambda: [0, 0, Decimal(0)])
     if connection.vendor == "postgresql":
