@@ -11,6 +11,7 @@ from operations import selectors, services
 from operations.models import Operation, Tool
 from tests.approvals.conftest import person
 from tests.conftest import contract
+from tests.support.db import ON_POSTGRESQL
 
 from .conftest import client_for
 
@@ -76,6 +77,29 @@ def test_approval_latency_percentiles(api):
     )
     assert nobody[0]["count"] == 0
     assert nobody[0]["p50"] is None
+
+
+def test_latency_takes_the_nearest_rank_and_one_query_on_postgresql(api):
+    approver = _approval_tool(api)
+    run = api.run()
+    for minutes in (4, 1, 3, 2):
+        with time_machine.travel(NOON - timedelta(hours=30), tick=False):
+            op = api.register(run, "payout")
+        with time_machine.travel(NOON - timedelta(hours=30) + timedelta(minutes=minutes)):
+            services.approval_decide(
+                request_id=op["approval"]["id"], user=approver, approve=True, comment=""
+            )
+    windows = [("day", timedelta(days=1)), ("week", timedelta(days=7))]
+    with CaptureQueriesContext(connection) as queries:
+        [day, week] = selectors.dashboard_approval_latency(user=approver, now=NOON, windows=windows)
+    assert (day["count"], day["p50"], day["p95"]) == (0, None, None)
+    # Four values: the median is the second (rank 2 of 4), p95 the fourth.
+    assert week["count"] == 4
+    assert round(week["p50"].total_seconds()) == 120
+    assert round(week["p95"].total_seconds()) == 240
+    decided = [q for q in queries.captured_queries if "approvals_approvalrequest" in q["sql"]]
+    if ON_POSTGRESQL:  # elsewhere a count and a read per rank and window
+        assert len(decided) == 1
 
 
 def _unknown_at(api, run, moment):
