@@ -296,8 +296,9 @@ STAKE_STATES = (
 )
 _STATE_OF = {status.value: state.key for state in STAKE_STATES for status in state.statuses}
 # What counts: a plain non-negative amount, the display's own pattern without the sign
-# (a negative one must not hide another's exposure). The anchors mean the same to
-# PostgreSQL and to Python's re: the very start and end of the text.
+# (a negative one must not hide another's exposure). PostgreSQL's "^" and "$" anchor at
+# the very start and end of the text (no final newline slips through, unlike Python's
+# "$"); Python matches the pattern in full.
 _COUNTED = r"^" + UNSIGNED_AMOUNT + r"$"
 _COUNTED_RE = re.compile(UNSIGNED_AMOUNT)
 
