@@ -19,8 +19,9 @@ b. Claim contention: K runners claim the same few hot operations at the same ins
    concurrency-key value (one wins, the rest get ``concurrency_conflict``); latencies and
    a check that no operation got two attempts.
 c. Intent hashing (``operations.canonical.intent_hash``) per call, small and large.
-d. The inbox and reconciliation pages and the sweeps at each ledger size: time, query
-   count, and sequential scans of big tables in their plans (``bench.scale``).
+d. The inbox, reconciliation and dashboard pages and the sweeps at each ledger size:
+   time, query count, and sequential scans of big tables in their plans
+   (``bench.scale``).
 
 f, g. People's policies: a simulation of 100,000 operations for a Cedar policy and for a
    contract version, and the CPU a registration costs with 100 active policies against
@@ -80,11 +81,20 @@ SCHEMA = {
 }
 
 
+# The amount is a money field, so that the dashboard adds up what the seeded ledger has
+# at stake (section d).
+DISPLAY = {
+    "summary": "Refund {/amount_cents} to {/payment_id}",
+    "fields": {"/amount_cents": {"format": "money", "currency": "EUR", "minor_units": True}},
+}
+
+
 def _contract(**overrides: Any) -> dict[str, Any]:
     return {
         "effect_class": "irreversible",
         "input_schema": SCHEMA,
         "approval": {"mode": "never"},
+        "display": DISPLAY,
         **overrides,
     }
 
@@ -280,6 +290,7 @@ def scale(sizes: list[int], token: str) -> list[dict[str, Any]]:
                 ledger.measure("inbox /", page("/")),
                 ledger.measure("approval page", page(f"/approvals/{newest.first().pk}/")),
                 ledger.measure("reconciliation /reconciliation/", page("/reconciliation/")),
+                ledger.measure("dashboard /dashboard/", page("/dashboard/")),
             ]
             rows.append(
                 ledger.measure(

@@ -8,12 +8,12 @@ outcome (the reconciliation queue). Before each sweep measurement a fixed number
 *due* items is added: expired leases for ``services.sweep`` and due lookups for
 ``probes.probe_due``.
 
-At each size the inbox (``/``) and the reconciliation queue (``/reconciliation/``) are
-rendered in-process by a console user with object permissions on the tools, and the
-sweeps run; each is timed (median of repeats) and its queries are counted. Every
-SELECT and UPDATE they issue is then run through ``EXPLAIN``: a sequential scan of a
-table of more than 100,000 rows is a query that grows with the table, and is reported
-with its SQL.
+At each size the inbox (``/``), the reconciliation queue (``/reconciliation/``) and the
+dashboard (``/dashboard/``, its money at stake included) are rendered in-process by a
+console user with object permissions on the tools, and the sweeps run; each is timed
+(median of repeats) and its queries are counted. Every SELECT and UPDATE they issue is
+then run through ``EXPLAIN``: a sequential scan of a table of more than 100,000 rows is
+a query that grows with the table, and is reported with its SQL.
 
 Requires ``django.setup()`` first (``bench.bench`` does it).
 """

@@ -4,7 +4,10 @@ Pure functions (no ORM, no request): they turn figures into geometry in a fixed
 viewBox, and the templates write ``<rect>``/``<polyline>`` elements with these numbers
 as attributes. No inline style attribute is needed (the console runs under a CSP
 without 'unsafe-inline'); colours come from console.css classes, so charts follow the
-light or dark scheme. Every chart also gets a text alternative (a table) in the page.
+light or dark scheme. A chart is drawn for the eye only (``aria-hidden``): its figures
+are in a table beside it that only assistive technology reads, so neither repeats the
+other on screen. Bars carry their values as text, and a value above zero is never
+drawn thinner than ``MIN_BAR``.
 """
 
 from collections.abc import Sequence
@@ -74,6 +77,9 @@ PAD_LEFT = 46
 PAD_RIGHT = 12
 PAD_TOP = 10
 PAD_BOTTOM = 34  # room for two lines of axis labels
+LEGEND = 22  # room above the plot for a legend
+VALUE_GAP = 4  # between a bar's top and its value
+MIN_BAR = 3  # the least height of a bar above zero: a small value stays visible
 # "Round" axis maxima for durations, in seconds: each halves into a readable tick.
 DURATION_STEPS = [
     60, 120, 300, 600, 1200, 1800, 3600, 2 * 3600, 4 * 3600, 6 * 3600, 12 * 3600,
@@ -122,7 +128,6 @@ def _tick_text(value: float, unit: str) -> str:
 class Chart:
     """Geometry of one chart in a ``WIDTH`` by ``HEIGHT`` viewBox."""
 
-    kind: str  # "bars" or "line"
     width: int = WIDTH
     height: int = HEIGHT
     ticks: list[dict[str, Any]] = field(default_factory=list)  # y gridlines with labels
@@ -130,6 +135,8 @@ class Chart:
     points: str = ""  # polyline points for a line chart
     dots: list[dict[str, Any]] = field(default_factory=list)
     labels: list[dict[str, Any]] = field(default_factory=list)  # x axis labels
+    legend: list[dict[str, Any]] = field(default_factory=list)  # series: swatch and name
+    top: float = PAD_TOP
     baseline: float = HEIGHT - PAD_BOTTOM
     left: float = PAD_LEFT
     right: float = WIDTH - PAD_RIGHT
@@ -144,7 +151,7 @@ class Chart:
 
 
 def _y_axis(chart: Chart, top: float, unit: str) -> None:
-    plot = chart.baseline - PAD_TOP
+    plot = chart.baseline - chart.top
     # Counts get no gridline at a fraction (2.5 operations).
     halves = unit or (top / 2).is_integer()
     for fraction in (0, 0.5, 1) if halves else (0, 1):
@@ -162,32 +169,100 @@ def _label(x: float, text: str, anchor: str = "middle") -> dict[str, Any]:
     return {"x": x, "lines": [first, second] if second else [first], "anchor": anchor}
 
 
+def _value_text(value: float, unit: str) -> str:
+    return _tick_text(value, unit) if unit else f"{value:g}"
+
+
+def _bar(
+    chart: Chart,
+    *,
+    x: float,
+    width: float,
+    value: float | None,
+    top: float,
+    unit: str,
+    tone: str,
+    label: str,
+) -> dict[str, Any]:
+    """One vertical bar from the baseline, with its value written above it (``none``
+    for a missing one); a value above zero is at least ``MIN_BAR`` high."""
+    plot_height = chart.baseline - chart.top
+    height = plot_height * (value / top) if value and top else 0
+    if value and value > 0:
+        height = max(height, MIN_BAR)
+    bar = {
+        "x": round(x, 1),
+        "y": round(chart.baseline - height, 1),
+        "width": round(width, 1),
+        "height": round(height, 1),
+        "tone": tone,
+        "label": label,
+        "value": "none" if value is None else _value_text(value, unit),
+        "value_x": round(x + width / 2, 1),
+        "value_y": round(chart.baseline - height - VALUE_GAP, 1),
+    }
+    chart.bars.append(bar)
+    return bar
+
+
 def bar_chart(
     items: Sequence[tuple[str, float]], *, unit: str = "", tones: list[str] | None = None
 ) -> Chart:
     """Vertical bars, one per ``(label, value)``; ``tones`` name a CSS class per bar."""
-    chart = Chart(kind="bars")
+    chart = Chart(top=PAD_TOP + 14)  # room for the tallest bar's value
     top = nice_max(max((value for _, value in items), default=0), unit)
     _y_axis(chart, top, unit)
     plot_width = chart.right - chart.left
     slot = plot_width / max(len(items), 1)
     width = min(slot * 0.6, 48)
-    plot_height = chart.baseline - PAD_TOP
     for index, (label, value) in enumerate(items):
-        height = plot_height * (value / top) if top else 0
         x = chart.left + slot * index + (slot - width) / 2
-        chart.bars.append(
-            {
-                "x": round(x, 1),
-                "y": round(chart.baseline - height, 1),
-                "width": round(width, 1),
-                "height": round(height, 1),
-                "tone": (tones[index] if tones else "") or "",
-                "label": label,
-                "value": _tick_text(value, unit) if unit else f"{value:g}",
-            }
-        )
+        tone = (tones[index] if tones else "") or ""
+        _bar(chart, x=x, width=width, value=value, top=top, unit=unit, tone=tone, label=label)
         chart.labels.append(_label(round(x + width / 2, 1), label))
+    return chart
+
+
+def grouped_bar_chart(
+    groups: Sequence[tuple[str, Sequence[float | None]]],
+    *,
+    series: Sequence[tuple[str, str]],
+    unit: str = "",
+) -> Chart:
+    """Bars side by side per group, one per series: ``groups`` are ``(label, values)``
+    with a value per series (None: none to show), ``series`` ``(name, tone)``. Each bar
+    is named under it and its value written above it, and a legend above the plot names
+    the colours: the series read apart without telling colours apart."""
+    chart = Chart(top=PAD_TOP + LEGEND)
+    values = [value for _, row in groups for value in row if value is not None]
+    top = nice_max(max(values, default=0), unit)
+    _y_axis(chart, top, unit)
+    slot = (chart.right - chart.left) / max(len(groups), 1)
+    gap = 8
+    width = min((slot * 0.8 - gap * (len(series) - 1)) / max(len(series), 1), 48)
+    span = width * len(series) + gap * (len(series) - 1)
+    for index, (label, row) in enumerate(groups):
+        start = chart.left + slot * index + (slot - span) / 2
+        for number, ((name, tone), value) in enumerate(zip(series, row, strict=True)):
+            x = start + number * (width + gap)
+            bar = _bar(
+                chart,
+                x=x,
+                width=width,
+                value=value,
+                top=top,
+                unit=unit,
+                tone=tone,
+                label=f"{name}, {label}",
+            )
+            chart.labels.append({"x": bar["value_x"], "lines": [name], "anchor": "middle"})
+        chart.labels.append(
+            {"x": round(start + span / 2, 1), "lines": ["", label], "anchor": "middle"}
+        )
+    x = chart.left
+    for name, tone in series:
+        chart.legend.append({"x": x, "text_x": x + 14, "y": PAD_TOP, "name": name, "tone": tone})
+        x += 14 + 9 * len(name) + 16
     return chart
 
 
@@ -196,11 +271,11 @@ def line_chart(
 ) -> Chart:
     """A line through ``(label, value)`` points; ``None`` values are left out. Every
     ``label_every``-th point is labelled, counted back from the last one."""
-    chart = Chart(kind="line")
+    chart = Chart()
     top = nice_max(max((value for _, value in items if value is not None), default=0), unit)
     _y_axis(chart, top, unit)
     plot_width = chart.right - chart.left
-    plot_height = chart.baseline - PAD_TOP
+    plot_height = chart.baseline - chart.top
     step = plot_width / max(len(items) - 1, 1)
     points = []
     last = len(items) - 1
@@ -209,8 +284,7 @@ def line_chart(
         if value is not None:
             y = round(chart.baseline - plot_height * (value / top), 1)
             points.append(f"{x},{y}")
-            text = _tick_text(value, unit) if unit else f"{value:g}"
-            chart.dots.append({"x": x, "y": y, "label": label, "value": text})
+            chart.dots.append({"x": x, "y": y, "label": label, "value": _value_text(value, unit)})
         if (last - index) % label_every == 0:
             anchor = "end" if index == last else "start" if index == 0 else "middle"
             chart.labels.append(_label(x, label, anchor))
@@ -218,31 +292,10 @@ def line_chart(
     return chart
 
 
-HBAR_ROW = 20
-HBAR_LABEL = 120  # room for the category names on the left
-
-
-def hbar_chart(items: list[tuple[str, float]], *, tones: list[str] | None = None) -> Chart:
-    """Horizontal bars, one row per ``(label, value)``: long category names stay
-    readable, and each bar ends with its value."""
-    chart = Chart(kind="hbars", left=HBAR_LABEL)
-    chart.height = HBAR_ROW * len(items) + 4
-    top = nice_max(max((value for _, value in items), default=0))
-    plot_width = chart.right - chart.left - 36  # the value is written after the bar
-    for index, (label, value) in enumerate(items):
-        width = plot_width * (value / top) if top else 0
-        y = 2 + HBAR_ROW * index
-        chart.bars.append(
-            {
-                "x": chart.left,
-                "y": y + 3,
-                "width": round(width, 1),
-                "height": HBAR_ROW - 6,
-                "tone": (tones[index] if tones else "") or "",
-                "label": label,
-                "value": f"{value:g}",
-                "text_y": y + HBAR_ROW / 2,
-                "value_x": round(chart.left + width + 4, 1),
-            }
-        )
-    return chart
+def shares(values: Sequence[float]) -> list[float]:
+    """Each value's bar length in percent of the largest (0 to 100), for bars drawn in
+    a table beside the figures; a value above zero gets at least 1 %."""
+    largest = max(values, default=0)
+    if largest <= 0:
+        return [0.0 for _ in values]
+    return [max(round(100 * value / largest, 1), 1.0) if value > 0 else 0.0 for value in values]

@@ -23,6 +23,9 @@ arguments, required ones first, by their label: the display field's, else the sc
 digest). Whatever a runner sent, formatting never fails and never grows: a value that
 does not fit its format is shown as text, each at most ``MAX_VALUE`` characters. The
 text is plain: templates escape it and reveal hidden characters (``reveal``).
+
+``money_field`` names the field that holds what an operation puts at stake (the
+dashboard adds it up); ``money_text`` writes an amount, a sum too, in its currency.
 """
 
 import re
@@ -40,8 +43,10 @@ MINOR_DIGITS = {"JPY": 0, "KRW": 0, "BHD": 3, "KWD": 3, "TND": 3}
 MISSING = "—"
 FALLBACK_FIELDS = 4
 MAX_VALUE = 200
-# Matched in full: with match(), a "$" would also admit a final newline.
-AMOUNT = re.compile(r"-?[0-9]{1,30}(\.[0-9]{1,30})?")
+# A plain amount without its sign; matched in full (with match(), a "$" would also admit
+# a final newline).
+UNSIGNED_AMOUNT = r"[0-9]{1,30}(\.[0-9]{1,30})?"
+AMOUNT = re.compile("-?" + UNSIGNED_AMOUNT)
 EXACT = Context(prec=80)
 
 
@@ -49,16 +54,18 @@ def _clip(text: str) -> str:
     return text if len(text) <= MAX_VALUE else text[: MAX_VALUE - 1] + "…"
 
 
-def _money(value: Any, field: dict[str, Any]) -> str | None:
-    """The amount in words, or None when the value is not a plain decimal amount."""
-    text = str(value)
-    if not AMOUNT.fullmatch(text):
-        return None
-    currency = field.get("currency", "")
+def in_currency_units(amount: Decimal, field: dict[str, Any]) -> Decimal:
+    """An amount as a money field holds it (in minor units when ``minor_units``), in
+    the currency's units: exact, never rounded (``1250`` cents is ``12.50``)."""
+    if not field.get("minor_units"):
+        return amount
+    return amount.scaleb(-MINOR_DIGITS.get(field.get("currency", ""), 2), context=EXACT)
+
+
+def money_text(amount: Decimal, currency: str) -> str:
+    """An amount in ``currency``'s units as people read it: ``€1,250.00``, ``¥3,000``,
+    ``12.345 KWD``; never rounded (more decimals than the currency has show them all)."""
     digits = MINOR_DIGITS.get(currency, 2)
-    amount = Decimal(text)
-    if field.get("minor_units"):
-        amount = amount.scaleb(-digits, context=EXACT)
     exponent = amount.as_tuple().exponent
     shown = max(digits, -exponent) if isinstance(exponent, int) else digits
     number = f"{abs(amount):,.{shown}f}"
@@ -72,6 +79,41 @@ def _cents(value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int):
         return None
     return f"{value:,} cents"
+
+
+def _money(value: Any, field: dict[str, Any]) -> str | None:
+    """The amount in words, or None when the value is not a plain decimal amount."""
+    text = str(value)
+    if not AMOUNT.fullmatch(text):
+        return None
+    return money_text(in_currency_units(Decimal(text), field), field.get("currency", ""))
+
+
+def money_field(contract: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+    """The display field that holds what an operation of this contract puts at stake:
+    the first money field the summary names, else the first money field by pointer,
+    else the first top-level argument its schema gives a currency (``x-currency``);
+    None when the contract names none. One per contract: a second money field (a
+    fee, the original amount) is not added to it."""
+    display = contract.get("display") or {}
+    fields = display.get("fields") or {}
+    money = {
+        pointer: field
+        for pointer, field in fields.items()
+        if isinstance(field, dict) and field.get("format") == "money" and field.get("currency")
+    }
+    named = [p for p in DISPLAY_PLACEHOLDER.findall(display.get("summary") or "") if p in money]
+    pointer = named[0] if named else min(money, default=None)
+    if pointer is not None:
+        return pointer, money[pointer]
+    # Else the first top-level argument whose schema says its currency (x-currency).
+    schema = contract.get("input_schema")
+    properties = schema.get("properties") if isinstance(schema, dict) else None
+    for name in properties or {}:
+        field = field_for(contract, _top(name))
+        if field.get("format") == "money":
+            return _top(name), field
+    return None
 
 
 def _datetime(value: Any) -> str | None:
@@ -259,12 +301,11 @@ def summary(contract: dict[str, Any], arguments: Any) -> str:
 
 
 def amount_pointer(contract: dict[str, Any]) -> str | None:
-    """The argument that says how much is at stake: the first display field, else the
-    first top-level property, that reads as money (or as cents). None without one."""
-    display = contract.get("display") or {}
-    for pointer, field in (display.get("fields") or {}).items():
-        if field.get("format") == "money":
-            return str(pointer)
+    """The argument that says how much is at stake: ``money_field``'s, else the first
+    top-level property that reads as cents. None without one."""
+    money = money_field(contract)
+    if money is not None:
+        return money[0]
     schema = contract.get("input_schema")
     properties = schema.get("properties") if isinstance(schema, dict) else None
     for name in properties or {}:

@@ -93,6 +93,7 @@ def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
     assert {row["name"]: row["queries"] > 0 for row in scale["measures"]} == {
         "inbox /": True,
         "reconciliation /reconciliation/": True,
+        "dashboard /dashboard/": True,
         "sweep, 50 leases due": True,
         "sweep, nothing due": True,
         "probe_due, 50 lookups due": True,

@@ -77,7 +77,7 @@ def operator_walk(page: Page) -> None:
 
     nav(page, "Dashboard")
     accessible(page, "Dashboard")
-    expect(page.get_by_role("img", name="Unknown-outcome rate per day")).to_be_visible()
+    expect(page.get_by_role("heading", name="Money at stake")).to_be_visible()
 
     nav(page, "Reconciliation")
     accessible(page, "Reconciliation")

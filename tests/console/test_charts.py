@@ -6,13 +6,15 @@ from decimal import Decimal
 import pytest
 
 from console.charts import (
+    MIN_BAR,
     bar,
     bar_chart,
     duration_text,
-    hbar_chart,
+    grouped_bar_chart,
     line_chart,
     money_text,
     nice_max,
+    shares,
     short_duration,
 )
 
@@ -71,8 +73,42 @@ def test_line_chart_skips_missing_values_and_labels_from_the_end():
     assert chart.points.count(",") == 6
 
 
-def test_horizontal_bars_grow_with_their_values():
-    chart = hbar_chart([("ready", 2), ("executing", 0), ("succeeded", 118)])
-    assert chart.height == 3 * 20 + 4
-    assert chart.bars[1]["width"] == 0
-    assert chart.bars[2]["width"] > chart.bars[0]["width"]
+def test_a_small_value_keeps_a_visible_bar_and_every_bar_says_its_value():
+    chart = bar_chart([("a", 1), ("b", 1000), ("c", 0)])
+    assert chart.bars[0]["height"] == MIN_BAR
+    assert chart.bars[2]["height"] == 0
+    assert [b["value"] for b in chart.bars] == ["1", "1000", "0"]
+    for b in chart.bars:
+        assert b["value_y"] < b["y"]  # written above its bar
+        assert b["value_y"] > 0
+
+
+def test_grouped_bars_draw_two_series_side_by_side_with_a_legend():
+    # p50 of 5 s and p95 of 2 h in the first window: the p50 bar would round to nothing.
+    chart = grouped_bar_chart(
+        [("24 h", [5, 7200]), ("7 d", [60, 3600]), ("14 d", [None, None])],
+        series=[("p50", "info"), ("p95", "attention")],
+        unit="s",
+    )
+    assert [b["tone"] for b in chart.bars] == ["info", "attention"] * 3
+    p50, p95 = chart.bars[0], chart.bars[1]
+    assert p50["height"] == MIN_BAR
+    assert p95["height"] == pytest.approx(chart.baseline - chart.top)
+    assert (p50["value"], p95["value"]) == ("5 s", "2 h")
+    assert p50["x"] + p50["width"] < p95["x"]  # side by side, not on top of each other
+    assert [b["value"] for b in chart.bars[4:]] == ["none", "none"]
+    assert [b["height"] for b in chart.bars[4:]] == [0, 0]
+    assert [item["name"] for item in chart.legend] == ["p50", "p95"]
+    assert chart.legend[0]["y"] < chart.top  # above the plot
+    # Every bar is named under it, and each window under its pair.
+    assert [label["lines"] for label in chart.labels[:3]] == [["p50"], ["p95"], ["", "24 h"]]
+    for b in chart.bars:
+        assert chart.left <= b["x"]
+        assert b["x"] + b["width"] <= chart.right
+        assert b["value_y"] > chart.legend[0]["y"]
+
+
+def test_shares_are_lengths_against_the_largest_and_never_vanish():
+    assert shares([0, 1, 500, 1000]) == [0.0, 1.0, 50.0, 100.0]
+    assert shares([0, 0]) == [0.0, 0.0]
+    assert shares([]) == []

@@ -11,6 +11,7 @@ from operations import selectors, services
 from operations.models import Operation, Tool
 from tests.approvals.conftest import person
 from tests.conftest import contract
+from tests.support.db import ON_POSTGRESQL
 
 from .conftest import client_for
 
@@ -76,6 +77,29 @@ def test_approval_latency_percentiles(api):
     )
     assert nobody[0]["count"] == 0
     assert nobody[0]["p50"] is None
+
+
+def test_latency_takes_the_nearest_rank_and_one_query_on_postgresql(api):
+    approver = _approval_tool(api)
+    run = api.run()
+    for minutes in (4, 1, 3, 2):
+        with time_machine.travel(NOON - timedelta(hours=30), tick=False):
+            op = api.register(run, "payout")
+        with time_machine.travel(NOON - timedelta(hours=30) + timedelta(minutes=minutes)):
+            services.approval_decide(
+                request_id=op["approval"]["id"], user=approver, approve=True, comment=""
+            )
+    windows = [("day", timedelta(days=1)), ("week", timedelta(days=7))]
+    with CaptureQueriesContext(connection) as queries:
+        [day, week] = selectors.dashboard_approval_latency(user=approver, now=NOON, windows=windows)
+    assert (day["count"], day["p50"], day["p95"]) == (0, None, None)
+    # Four values: the median is the second (rank 2 of 4), p95 the fourth.
+    assert week["count"] == 4
+    assert round(week["p50"].total_seconds()) == 120
+    assert round(week["p95"].total_seconds()) == 240
+    decided = [q for q in queries.captured_queries if "approvals_approvalrequest" in q["sql"]]
+    if ON_POSTGRESQL:  # elsewhere a count and a read per rank and window
+        assert len(decided) == 1
 
 
 def _unknown_at(api, run, moment):
@@ -148,16 +172,48 @@ def test_the_dashboard_hides_tools_the_person_may_not_see(world, viewer):
     response = client_for(viewer).get("/dashboard/")
     backlog = response.context["backlog"]
     assert all(row["count"] == 0 for row in backlog)
-    assert dict(response.context["open_states"])["outcome_unknown"] == 0
+    counts = {row["status"]: row["count"] for row in response.context["open_states"]}
+    assert counts["outcome_unknown"] == 0
 
 
-def test_charts_are_inline_svg_with_a_text_alternative(world, viewer):
+def test_each_chart_is_for_the_eye_and_its_table_for_assistive_technology(world, viewer):
     html = client_for(viewer).get("/dashboard/").content.decode()
-    assert html.count('role="img"') == 6
-    assert '<title id="rate-chart-title">' in html
-    assert 'aria-labelledby="rate-chart-title rate-chart-desc"' in html
+    charts = html.split('<svg class="chart"')[1:]
+    assert len(charts) == 4  # ages, latency, rate, backlog
+    for chart in charts:
+        assert chart.startswith(' viewBox="0 0 440 170" aria-hidden="true" focusable="false">')
+        # Right after the chart, its figures, in a table hidden from the eye.
+        after = chart.split("</svg>", 1)[1].lstrip()
+        assert after.startswith('<div class="visually-hidden">\n  <table>\n    <caption>')
+    assert 'role="img"' not in html
+    # Operations by state are one table on screen, its bars hidden from assistive technology.
+    assert html.count('<svg class="share-bar"') == 12
     assert "style=" not in html
     assert "<script" not in html.split("</head>", 1)[1]
+
+
+def test_the_latency_chart_draws_p50_and_p95_side_by_side_and_labelled(api):
+    approver = _approval_tool(api)
+    run = api.run()
+    for minutes in (1, 1, 1, 1, 300):
+        with time_machine.travel(NOON - timedelta(hours=6), tick=False):
+            op = api.register(run, "payout")
+        with time_machine.travel(NOON - timedelta(hours=6) + timedelta(minutes=minutes)):
+            services.approval_decide(
+                request_id=op["approval"]["id"], user=approver, approve=True, comment=""
+            )
+    with time_machine.travel(NOON, tick=False):
+        response = client_for(approver).get("/dashboard/")
+    chart = response.context["latency_chart"]
+    [p50, p95] = chart.bars[:2]
+    assert (p50["tone"], p95["tone"]) == ("info", "attention")
+    # One minute against an axis of hours: still a visible bar, with its value.
+    assert p50["height"] >= 3
+    assert p95["height"] > p50["height"]
+    html = response.content.decode()
+    assert ">1 min</text>" in html
+    assert ">p50</text>" in html
+    assert ">p95</text>" in html
 
 
 def test_the_dashboard_polls_and_answers_htmx_with_its_panels_only(viewer):
