@@ -174,10 +174,29 @@ def operation_resolve(request: AuthenticatedHttpRequest, operation_id: str) -> H
         op = found(selectors.operation_get_for_user, user=request.user, operation_id=op.id)
         return _detail_page(request, op, resolve_form=form, error=refusal.detail, status=400)
     if data["result"] == "not_found" and op.status == "outcome_unknown":
-        messages.success(request, "Recorded. A second person must confirm that it did not happen.")
+        said = "Recorded. A second person must confirm that it did not happen."
     else:
-        messages.success(request, f"Recorded. The operation is {op.status}.")
-    return _back(op.id)
+        said = f"Recorded. The operation is {op.status}."
+    # As after an approval: the next unknown outcome opens, not the top of the queue.
+    following = _next_unknown(request, after=op.id)
+    if following is None:
+        messages.success(request, said)
+        return _back(op.id)
+    messages.success(request, f"{said} The next unknown outcome in the queue is open.")
+    return redirect("console:operation", operation_id=following)
+
+
+def _next_unknown(request: AuthenticatedHttpRequest, *, after: str) -> str | None:
+    """The oldest other unknown outcome of the reconciliation queue that this person can
+    answer now (not one whose "did not happen" proposal waits for a second person)."""
+    candidates = list(
+        selectors.reconciliation_queue(user=request.user)
+        .filter(status=Status.OUTCOME_UNKNOWN)
+        .exclude(pk=after)
+        .values_list("id", flat=True)[:50]
+    )
+    waiting = selectors.pending_proposals(op_ids=candidates)
+    return next((op_id for op_id in candidates if op_id not in waiting), None)
 
 
 @require_POST

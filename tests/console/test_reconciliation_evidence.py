@@ -335,3 +335,28 @@ def test_an_answer_refused_because_someone_answered_first_is_said_at_the_top(api
     assert 'role="alert"' in messages
     assert "Record answer" not in html  # nothing left to answer
     assert Operation.objects.get(pk=op["id"]).status == "succeeded"
+
+
+def test_after_an_answer_the_next_unknown_outcome_opens(api):
+    """As after an approval: support goes on to the oldest other unknown outcome it can
+    answer, not back to the top of the queue; with none left, the page stays."""
+    _refund(api)
+    first, second = _unknown(api), _unknown(api)
+    client = _client(username="tess")
+    answer = client.post(
+        f"/operations/{first['id']}/resolve",
+        {"result": "committed", "downstream_id": "re_1"},
+    )
+    assert answer.status_code == 302
+    assert answer["Location"] == f"/operations/{second['id']}/"
+    assert (
+        "The next unknown outcome in the queue is open"
+        in client.get(answer["Location"]).content.decode()
+    )
+    last = client.post(
+        f"/operations/{second['id']}/resolve",
+        {"result": "committed", "downstream_id": "re_2"},
+    )
+    assert last["Location"] == f"/operations/{second['id']}/"
+    assert Operation.objects.get(pk=first["id"]).status == "succeeded"
+    assert Operation.objects.get(pk=second["id"]).status == "succeeded"
