@@ -50,6 +50,8 @@ def operator_walk(page: Page) -> None:
     page.get_by_role("button", name="Filter").click()
     rows = page.locator("#operations tbody tr")
     expect(rows).to_have_count(2)
+    # The keys work once console.js (deferred) has run: wait for the page's load.
+    page.wait_for_load_state()
     page.keyboard.press("j")
     page.keyboard.press("Enter")
     page.wait_for_url(re.compile(r"/operations/op_"))

@@ -23,6 +23,13 @@ PASSWORD = "correct horse battery staple"
 SIZES = {"laptop": (1366, 768), "phone": (390, 844)}
 
 
+def _open_menu(page) -> None:
+    """On a phone the navigation is folded behind "Menu": open it."""
+    menu = page.get_by_role("button", name="Menu")
+    if menu.is_visible():
+        menu.click()
+
+
 def _support(name: str):
     user = get_user_model().objects.create_user(name, password=PASSWORD)
     assign_perm("operations.reconcile_tool", user, Tool.objects.get(pk="send_refund"))
@@ -81,6 +88,7 @@ def test_support_resolves_with_evidence_and_a_second_person_confirms(
     expect(row).to_contain_text("user:cus_2024")
     expect(row).to_contain_text("€80.00")
     expect(row).to_contain_text("The connection was reset before an answer came")
+    _open_menu(page)
     expect(page.get_by_role("link", name=re.compile(r"^Reconciliation"))).to_contain_text("1")
     expect(page.get_by_role("link", name=re.compile("^Unknown and compensating"))).to_contain_text(
         "1"
@@ -119,6 +127,7 @@ def test_support_resolves_with_evidence_and_a_second_person_confirms(
     # The second person: "1 to confirm" opens the queue of what waits for them.
     other = signed_in_page(browser, live_server, tia, PASSWORD)
     other.set_viewport_size({"width": width, "height": height})
+    _open_menu(other)
     other.get_by_role("link", name=re.compile("^1 to confirm")).click()
     other.wait_for_url(re.compile(r"/reconciliation/\?queue=to_confirm$"))
     expect(

@@ -22,6 +22,8 @@
  *    ([data-shortcut="a"]; Enter then presses it) and "r" the comment
  *    ([data-shortcut="r"]); #decide-hint says what Enter will do. In the inbox, once
  *    rows are ticked, "a" and "r" do the same in the bulk bar (<form data-bulk>).
+ *    On the operation page's answer form, "h", "n" and "u" choose an answer
+ *    (input[data-answer-key]) and focus the field it needs (data-answer-focus).
  *
  * 2. Polling pauses while the tab is hidden
  *    Live regions poll with
@@ -236,6 +238,23 @@
     });
   });
 
+  // The operation page's answer form: h / n / u choose "it happened", "it did not
+  // happen", "still unknown" (input[data-answer-key]) and focus the field that answer
+  // needs (data-answer-focus), so support types the evidence next.
+  function chooseAnswer(key) {
+    const radio = Array.from(
+      document.querySelectorAll("input[type='radio'][data-answer-key='" + key + "']")
+    ).find(function (box) {
+      return !box.disabled && box.offsetParent !== null;
+    });
+    if (!radio) return false;
+    radio.checked = true;
+    radio.dispatchEvent(new Event("change", { bubbles: true }));
+    const field = document.getElementById(radio.getAttribute("data-answer-focus"));
+    (field || radio).focus();
+    return true;
+  }
+
   function onDecideKey(key) {
     // The approval page's form, else the inbox's bulk bar while something is ticked.
     const target =
@@ -258,6 +277,9 @@
     if (event.key === "/") handled = focusSearch();
     else if (event.key === "a" || event.key === "r") handled = onDecideKey(event.key);
     else if (event.key === "x") handled = toggleSelected();
+    else if (event.key === "h" || event.key === "n" || event.key === "u") {
+      handled = chooseAnswer(event.key);
+    }
     else if (event.key === "j" || event.key === "k" || event.key === "Enter") {
       handled = onKeynavKey(event);
     }
