@@ -70,19 +70,19 @@ def matched_in(op: Any, query: str) -> str:
 
 def argument_rows(contract: dict[str, Any], arguments: Any) -> list[dict[str, Any]]:
     """The frozen arguments as a reviewer reads them: one row per leaf, its label and
-    its value as the contract formats it, beside the JSON value exactly as frozen."""
+    its value as the contract formats it, beside the JSON value exactly as frozen
+    (``same`` when the two read alike, so a page need not repeat it)."""
     rows = []
     for path, value in flatten(arguments).items():
-        field = display.field_for(contract, path)
         shown = display.describe(contract, path, value)
-        raw = json.dumps(value, ensure_ascii=False) if not isinstance(value, str) else value
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         rows.append(
             {
                 "path": path,
-                "label": field["label"],
+                "label": display.field_for(contract, path)["label"],
                 "shown": shown,
                 "raw": value,
-                "same": shown == raw,
+                "same": shown == text,
             }
         )
     return rows

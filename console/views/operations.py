@@ -21,7 +21,7 @@ from .. import evidence
 from ..forms import ConfirmForm, NoteForm, ResolveForm
 from ..middleware import AuthenticatedHtmxRequest, AuthenticatedHttpRequest
 from ..pagination import keyset_page
-from ..presenters import flatten
+from ..presenters import argument_rows
 from .common import found, partial, text_param
 
 
@@ -120,7 +120,7 @@ def _detail_page(
     context = {
         "run": op.run,
         "contract": contract,
-        "arguments": [(path, value) for path, value in flatten(op.arguments).items()],
+        "argument_rows": argument_rows(op.tool_version.contract, op.arguments),
         "may_reconcile": may_reconcile,
         "resolving": resolving,
         "resolve_error": resolve_error,
