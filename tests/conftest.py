@@ -27,6 +27,10 @@ REFUND_SCHEMA = {
 }
 
 
+# The display field of an amount in euro cents, as the demo's refunds declare it.
+EUR_CENTS = {"label": "Amount", "format": "money", "currency": "EUR", "minor_units": True}
+
+
 def next_operation_key() -> str:
     """An operation key no other registration of this test process has used."""
     return f"key-{next(_counter)}"

@@ -16,7 +16,7 @@ from guardian.shortcuts import assign_perm
 from playwright.sync_api import Browser, Page, expect
 
 from operations.models import Tool
-from tests.conftest import contract, make_runner
+from tests.conftest import EUR_CENTS, contract, make_runner
 
 from .conftest import axe, axe_summary, login
 
@@ -30,14 +30,7 @@ SCREENS = {
 RULES = {"mode": "rules", "rules": [{"path": "/amount_cents", "op": "gt", "value": 50000}]}
 DISPLAY = {
     "summary": "Refund {/amount_cents} to payment {/payment_id}",
-    "fields": {
-        "/amount_cents": {
-            "label": "Amount",
-            "format": "money",
-            "currency": "EUR",
-            "minor_units": True,
-        }
-    },
+    "fields": {"/amount_cents": EUR_CENTS},
 }
 
 

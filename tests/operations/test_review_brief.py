@@ -9,21 +9,11 @@ from operations import selectors
 from operations.contracts.explain import reasons_in_words, rule_in_words, runner_reason
 from operations.models import Tool
 from tests.approvals.conftest import person
-from tests.conftest import contract
+from tests.conftest import EUR_CENTS, contract
 from tests.support.world import Direct
 
-MONEY = {
-    "display": {
-        "fields": {
-            "/amount_cents": {
-                "label": "Amount",
-                "format": "money",
-                "currency": "EUR",
-                "minor_units": True,
-            }
-        }
-    }
-}
+MONEY = {"display": {"fields": {"/amount_cents": EUR_CENTS}}}
+
 RULES = {"mode": "rules", "rules": [{"path": "/amount_cents", "op": "gt", "value": 50000}]}
 
 
