@@ -1,20 +1,23 @@
 """What a reviewer should know before deciding one approval request, read once per page:
 the reasons in words, the amount at stake, and the risk signals (another operation of
-the run unknown or failed, the principal's first operation of the tool, the amount
-against the tool's usual range, edits an earlier approver made).
+the run unknown or failed, the principal's first operation of those the person may see,
+the amount against the tool's usual range, edits an earlier approver made).
 
-Every read is bounded: the run's other operations (at most ``SIBLINGS``), one
-``EXISTS`` for the principal, and the tool's last ``RANGE_WINDOW`` operations for its
-usual range, each through an index. Operations the person may not see are never named.
+Every read is bounded: the run's other operations (at most ``SIBLINGS``), one index
+probe for the principal, and the value at the amount's pointer of the tool's last
+``RANGE_WINDOW`` succeeded operations, each through an index. Amounts are plain
+decimals of at most 30 digits a side (``display.AMOUNT``): "1e9999999" is no amount. Operations the person may not see are never named.
 """
 
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
+
+from django.db.models.fields.json import KT
 
 from approvals.models import ApprovalRequest
 from approvals.people import Person
-from approvals.policy import is_missing, resolve_pointer
+from approvals.policy import is_missing, parse_pointer, resolve_pointer
 
 from ..contracts import display, explain
 from ..machine import Status
@@ -51,18 +54,21 @@ class Brief:
     signals: list[Signal] = field(default_factory=list)
 
 
-def _amount(value: Any) -> Decimal | None:
+def _amount(value: Any) -> tuple[Decimal, Any] | None:
+    """A plain decimal amount (``display.AMOUNT``: at most 30 digits each side, so no
+    exponent a runner could make costly), with the JSON value it reads as; else None."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
-    try:
-        amount = Decimal(str(value))
-    except (InvalidOperation, ValueError):
+    text = str(value)
+    if not display.AMOUNT.fullmatch(text):
         return None
-    return amount if amount.is_finite() else None
+    # Read back from the database as text: an integer is the integer it was.
+    shown = int(text) if "." not in text else value
+    return Decimal(text), shown
 
 
-def _percentile(values: list[Decimal], share: float) -> Decimal:
-    ordered = sorted(values)
+def _percentile(values: list[tuple[Decimal, Any]], share: float) -> tuple[Decimal, Any]:
+    ordered = sorted(values, key=lambda pair: pair[0])
     return ordered[min(len(ordered) - 1, int(share * (len(ordered) - 1) + 0.5))]
 
 
@@ -89,35 +95,30 @@ def _siblings(op: Operation, user: Person) -> list[Signal]:
 
 
 def _usual_range(op: Operation, contract: dict[str, Any], pointer: str) -> Signal | None:
+    tokens = parse_pointer(pointer)
+    if not tokens or any("__" in token for token in tokens):
+        return None  # a lookup path Django cannot spell: no range rather than a guess
+    # Only the value at the pointer, not 200 whole argument documents.
     earlier = (
         Operation.objects.filter(tool_id=op.tool_id, status=Status.SUCCEEDED, id__lt=op.id)
         .order_by("-id")
-        .values_list("arguments", flat=True)[:RANGE_WINDOW]
+        .values_list(KT("arguments__" + "__".join(tokens)), flat=True)[:RANGE_WINDOW]
     )
-    amounts = [
-        amount
-        for arguments in earlier
-        if (amount := _amount(resolve_pointer(arguments, pointer))) is not None
-    ]
+    amounts = [amount for value in earlier if (amount := _amount(value)) is not None]
     current = _amount(resolve_pointer(op.arguments, pointer))
     if current is None or len(amounts) < RANGE_MINIMUM:
         return None
     low, high = _percentile(amounts, 0.1), _percentile(amounts, 0.9)
     span = (
-        f"{display.describe(contract, pointer, _plain(low))} to "
-        f"{display.describe(contract, pointer, _plain(high))}"
+        f"{display.describe(contract, pointer, low[1])} to "
+        f"{display.describe(contract, pointer, high[1])}"
     )
     usual = f"for 8 in 10 of its last {len(amounts)} succeeded operations"
-    if current > high:
+    if current[0] > high[0]:
         return Signal("warn", f"Above this tool's usual range: {span} {usual}")
-    if current < low:
+    if current[0] < low[0]:
         return Signal("info", f"Below this tool's usual range: {span} {usual}")
     return Signal("info", f"Within this tool's usual range: {span} {usual}")
-
-
-def _plain(amount: Decimal) -> int | str:
-    """A Decimal as the argument it came from would be (formatting takes JSON values)."""
-    return int(amount) if amount == amount.to_integral_value() else str(amount)
 
 
 def approval_brief(*, request: ApprovalRequest, user: Person) -> Brief:
@@ -128,10 +129,12 @@ def approval_brief(*, request: ApprovalRequest, user: Person) -> Brief:
     value = resolve_pointer(op.arguments, pointer) if pointer else None
     amount = display.describe(contract, pointer, value) if pointer and not is_missing(value) else ""
     signals = _siblings(op, user)
+    # Of the operations this person may see (another tool's would tell them of it).
     # Ordered as the index (op_principal_id) is: one index probe, also where most of
     # the ledger is one principal's and a plain EXISTS would scan the table.
     earlier = (
-        Operation.objects.filter(principal=op.principal, id__lt=op.id)
+        operations_visible_to(user)
+        .filter(principal=op.principal, id__lt=op.id)
         .order_by("principal", "id")
         .values_list("id", flat=True)[:1]
     )

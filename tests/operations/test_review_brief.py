@@ -175,3 +175,32 @@ def test_an_earlier_approvers_edits_are_a_signal_on_the_copy(api):
         s.text for s in brief.signals
     ]
     assert "A person changed the arguments when approving the original" in brief.reasons
+
+
+@pytest.mark.django_db
+def test_an_amount_a_runner_makes_huge_is_no_amount(api):
+    """A string money field holding "1e9999999" (a finite Decimal whose int() takes
+    minutes) is left out of the usual range, not computed."""
+    direct = Direct(api)
+    schema = {
+        "type": "object",
+        "properties": {"payment_id": {"type": "string"}, "amount": {"type": "string"}},
+    }
+    money = {"display": {"fields": {"/amount": {"format": "money", "currency": "EUR"}}}}
+    body = contract("irreversible", approval={"mode": "never"}, input_schema=schema)
+    direct.tool("payout", {**body, **money})
+    reviewer = person(username="hugo")
+    assign_perm("operations.decide_tool", reviewer, Tool.objects.get(pk="payout"))
+    run = direct.run()
+    for value in ["1e9999999"] * 5 + ["10", "20", "30", "40", "50"]:
+        op = direct.register(run, "payout", {"payment_id": "p", "amount": value})
+        direct.claim(op["id"])
+        direct.outcome(op["id"], 1, {"kind": "succeeded", "downstream_id": "re"})
+    direct.tool("payout", {**body, **money, "approval": {"mode": "always"}})
+    direct.tool("payout", {**body, **money, "approval": {"mode": "always"}})
+    big = direct.register(run, "payout", {"payment_id": "p", "amount": "900"})
+    usual = [s.text for s in _brief(big, reviewer).signals if "usual range" in s.text]
+    assert usual == [
+        "Above this tool's usual range: €10.00 to €50.00 for 8 in 10 of its last 5 "
+        "succeeded operations"
+    ]
