@@ -358,7 +358,7 @@ class _Numeric(Func):
     output_field = DecimalField()
 
 
-def _text_at(pointer: str) -> Expression:
+def text_at(pointer: str) -> Expression:
     """The arguments' value at ``pointer`` as text (None where there is none; the
     arguments as a whole, an object, are never an amount)."""
     tokens = parse_pointer(pointer)
@@ -388,15 +388,20 @@ def dashboard_money_at_stake(*, user: Person) -> MoneyAtStake:
     fields: dict[int, tuple[str, dict[str, Any]]] = {}
     tools: dict[int, str] = {}
     by_pointer: dict[str, list[int]] = defaultdict(list)
-    for version_id, tool, display in ToolVersion.objects.filter(visible).values_list(
-        "id", "tool_id", "contract__display"
+    for version_id, tool, display, schema in ToolVersion.objects.filter(visible).values_list(
+        "id", "tool_id", "contract__display", "contract__input_schema"
     ):
         tools[version_id] = tool
-        money = money_field({"display": display}) if isinstance(display, dict) else None
+        # The display's money field, else an argument the schema gives a currency.
+        contract = {
+            "display": display if isinstance(display, dict) else {},
+            "input_schema": schema if isinstance(schema, dict) else {},
+        }
+        money = money_field(contract)
         if money is not None:
             fields[version_id] = money
             by_pointer[money[0]].append(version_id)
-    whens = [When(tool_version_id__in=ids, then=_text_at(p)) for p, ids in by_pointer.items()]
+    whens = [When(tool_version_id__in=ids, then=text_at(p)) for p, ids in by_pointer.items()]
     amount_text = Case(*whens, default=Value(None), output_field=TextField())
     operations = Operation.objects.filter(visible & Q(status__in=list(_STATE_OF))).order_by()
     # (version, status) -> operations, those with an amount, and their sum as stored.

@@ -6,22 +6,22 @@ the amount against the tool's usual range, edits an earlier approver made).
 Every read is bounded: the run's other operations (at most ``SIBLINGS``), one index
 probe for the principal, and the value at the amount's pointer of the tool's last
 ``RANGE_WINDOW`` succeeded operations, each through an index. Amounts are plain
-decimals of at most 30 digits a side (``display.AMOUNT``): "1e9999999" is no amount. Operations the person may not see are never named.
+decimals of at most 30 digits a side (``display.AMOUNT``): "1e9999999" is no amount.
+Operations the person may not see are never named.
 """
 
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from django.db.models.fields.json import KT
-
 from approvals.models import ApprovalRequest
 from approvals.people import Person
-from approvals.policy import is_missing, parse_pointer, resolve_pointer
+from approvals.policy import is_missing, resolve_pointer
 
 from ..contracts import display, explain
 from ..machine import Status
 from ..models import Operation
+from .dashboard import text_at
 from .people import operations_visible_to
 
 SIBLINGS = 5
@@ -95,14 +95,11 @@ def _siblings(op: Operation, user: Person) -> list[Signal]:
 
 
 def _usual_range(op: Operation, contract: dict[str, Any], pointer: str) -> Signal | None:
-    tokens = parse_pointer(pointer)
-    if not tokens or any("__" in token for token in tokens):
-        return None  # a lookup path Django cannot spell: no range rather than a guess
     # Only the value at the pointer, not 200 whole argument documents.
     earlier = (
         Operation.objects.filter(tool_id=op.tool_id, status=Status.SUCCEEDED, id__lt=op.id)
         .order_by("-id")
-        .values_list(KT("arguments__" + "__".join(tokens)), flat=True)[:RANGE_WINDOW]
+        .values_list(text_at(pointer), flat=True)[:RANGE_WINDOW]
     )
     amounts = [amount for value in earlier if (amount := _amount(value)) is not None]
     current = _amount(resolve_pointer(op.arguments, pointer))

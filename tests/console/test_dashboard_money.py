@@ -113,6 +113,24 @@ def test_currencies_are_never_added_together_and_minor_units_follow_the_currency
     }
 
 
+def test_an_amount_whose_schema_says_its_currency_counts_without_a_display(direct, superuser):
+    """``x-currency`` in the schema (docs/api.md, Display) makes money for the dashboard
+    as it does for the queue and the approval page."""
+    schema = {
+        "type": "object",
+        "required": ["payment_id", "amount_cents"],
+        "properties": {
+            "payment_id": {"type": "string"},
+            "amount_cents": {"type": "integer", "x-currency": "GBP", "x-minor-units": True},
+        },
+    }
+    direct.tool("gbp", contract("irreversible", input_schema=schema))
+    _register(direct, direct.run(), "gbp", 1999)
+    found = _at_stake(superuser)
+    assert found.amounts == {("ready", "gbp", "GBP"): Decimal("19.99")}
+    assert found.without_field == {}
+
+
 def test_a_new_contract_version_may_change_the_currency_and_both_stay_apart(direct, superuser):
     direct.tool("payout", contract("irreversible", display=money("/amount_cents", "EUR")))
     run = direct.run()
