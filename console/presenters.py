@@ -1,6 +1,7 @@
 """Pure helpers that shape ledger data for the console's pages (no ORM)."""
 
 import json
+from itertools import islice
 from typing import Any
 
 from operations.contracts import display
@@ -68,13 +69,19 @@ def matched_in(op: Any, query: str) -> str:
     return "arguments"
 
 
+# A page lists this many argument leaves at most; the canonical JSON holds them all.
+MAX_ARGUMENT_ROWS = 500
+
+
 def argument_rows(contract: dict[str, Any], arguments: Any) -> list[dict[str, Any]]:
-    """The frozen arguments as a reviewer reads them: one row per leaf, its label and
-    its value as the contract formats it, beside the JSON value exactly as frozen
-    (``same`` when the two read alike, so a page need not repeat it)."""
+    """The frozen arguments as a reviewer reads them: one row per leaf (the first
+    ``MAX_ARGUMENT_ROWS``), its label and its value as the contract formats it, beside
+    the JSON value exactly as frozen (``same`` when the two read alike, so a page need
+    not repeat it)."""
     rows = []
-    for path, value in flatten(arguments).items():
-        shown = display.describe(contract, path, value)
+    secrets = display.secret_paths(contract)
+    for path, value in islice(flatten(arguments).items(), MAX_ARGUMENT_ROWS):
+        shown = display.describe(contract, path, value, secrets=secrets)
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         rows.append(
             {

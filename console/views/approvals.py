@@ -28,7 +28,7 @@ from ..forms import (
     standing_form_initial,
 )
 from ..middleware import AuthenticatedHtmxRequest, AuthenticatedHttpRequest
-from ..presenters import argument_rows, changes, flatten
+from ..presenters import argument_rows, changes
 from .common import found, partial
 
 
@@ -95,7 +95,6 @@ def approval_detail(request: AuthenticatedHtmxRequest, approval_id: str) -> Http
         "brief": selectors.approval_brief(request=approval, user=request.user),
         "argument_rows": argument_rows(contract, op.arguments),
         "contract": contract,
-        "arguments": flatten(op.arguments).items(),
         "canonical_arguments": canonical_json(op.arguments).decode(),
         "intent_document": _intent_document(op),
         "decisions": decisions,

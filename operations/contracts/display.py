@@ -234,10 +234,23 @@ def field_for(contract: dict[str, Any], pointer: str) -> dict[str, Any]:
     return field
 
 
-def describe(contract: dict[str, Any], pointer: str, value: Any) -> str:
-    """One argument's value as the contract says to read it."""
+def secret_paths(contract: dict[str, Any]) -> list[tuple[str, ...]]:
+    """The contract's sensitive paths, once for many ``describe`` calls."""
     schema = contract.get("input_schema")
-    secrets = [tuple(path) for path in sensitive_paths(schema)] if isinstance(schema, dict) else []
+    return [tuple(path) for path in sensitive_paths(schema)] if isinstance(schema, dict) else []
+
+
+def describe(
+    contract: dict[str, Any],
+    pointer: str,
+    value: Any,
+    *,
+    secrets: list[tuple[str, ...]] | None = None,
+) -> str:
+    """One argument's value as the contract says to read it (``secrets``: the
+    contract's ``secret_paths``, when the caller describes many values)."""
+    if secrets is None:
+        secrets = secret_paths(contract)
     return format_value(
         value, field_for(contract, pointer), sensitive=_is_sensitive(pointer, secrets)
     )
