@@ -315,7 +315,9 @@ def test_a_dispute_without_a_reason_keeps_the_note_form(api):
     )
     assert response.status_code == 400
     assert 'id="confirm-error">Say why you dispute it.' in response.content.decode()
-    assert resolution.status == "pending"
+    # Read again: the resolution object above was read before the refused dispute.
+    assert Operation.objects.get(pk=op["id"]).resolutions.get().status == "pending"
+    assert Operation.objects.get(pk=op["id"]).status == "outcome_unknown"
 
 
 def test_an_answer_refused_because_someone_answered_first_is_said_at_the_top(api):
