@@ -92,6 +92,7 @@ def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
     assert scale["operations"] == 2000
     assert {row["name"]: row["queries"] > 0 for row in scale["measures"]} == {
         "inbox /": True,
+        "approval page": True,
         "reconciliation /reconciliation/": True,
         "dashboard /dashboard/": True,
         "sweep, 50 leases due": True,
