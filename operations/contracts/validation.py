@@ -28,6 +28,11 @@ DISPLAY_FORMATS = ("text", "money", "datetime", "email", "url")
 # A placeholder of a display summary: a JSON pointer into the arguments, in braces.
 DISPLAY_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 URL_PLACEHOLDERS = {"idempotency_key", "operation_id"}
+# The host of a provider console link: a DNS name whose last label starts with a letter
+# (so no address written as a number, 127.0.0.1 or 0x7f000001), and an optional port.
+CONSOLE_URL_HOST = re.compile(
+    r"(?:[a-z0-9-]{1,63}\.){0,30}[a-z][a-z0-9-]{0,62}\.?(?::[0-9]{1,5})?"
+)
 # A provider console link (reconcile.console_url): what support reads the effect by.
 CONSOLE_URL_PLACEHOLDERS = {"downstream_id", "idempotency_key"}
 CONSOLE_URL_MAX_LENGTH = 1000
@@ -294,9 +299,23 @@ def console_url_problems(url: str) -> list[dict[str, str]]:
         where=where,
         schemes="https",
     )
-    if not problems and "@" in urlsplit(url).netloc:
-        problems = [{"path": where, "message": "A link holds no user name or password."}]
-    return problems
+    if problems:
+        return problems
+    netloc = urlsplit(url).netloc
+    if "@" in netloc:
+        return [{"path": where, "message": "A link holds no user name or password."}]
+    # The host as browsers read it is the host the console names: letters, digits,
+    # hyphens and dots only (no %2e a browser decodes, no backslash it reads as a
+    # slash), and a name, not a number (0x7f000001 opens 127.0.0.1).
+    if "\\" in url or not CONSOLE_URL_HOST.fullmatch(netloc.lower()):
+        return [
+            {
+                "path": where,
+                "message": "Give the host as a plain name (letters, digits, hyphens and "
+                "dots, an optional :port), with no backslash in the link.",
+            }
+        ]
+    return []
 
 
 def fill_url_template(template: str, placeholder: re.Pattern[str], values: dict[str, str]) -> str:

@@ -58,6 +58,12 @@ def test_a_plain_https_link_is_kept_as_given(url):
         ("https://pay.example.com/a b", "no spaces"),
         ("https://pay.example.com/\x00", "no spaces or control characters"),
         ("https://pay.example.com:99999/", "Not a URL"),
+        # The host shown must be the host opened: a browser decodes %2e, reads a
+        # backslash as a slash, and opens a number as an address.
+        ("https://pay.example.com%2eevil.test/{idempotency_key}", "plain name"),
+        ("https://evil.test\\pay.example.com/{idempotency_key}", "plain name"),
+        ("https://0x7f000001/{idempotency_key}", "plain name"),
+        ("https://127.0.0.1/{idempotency_key}", "plain name"),
     ],
 )
 def test_hostile_or_broken_links_are_refused_with_a_reason(url, words):
