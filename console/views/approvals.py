@@ -1,13 +1,10 @@
 """One approval request: the intent as approvers see it, what changed since the last
 decision on the same call, deciding, and revoking the grant."""
 
-from urllib.parse import urlencode
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
@@ -29,7 +26,7 @@ from ..forms import (
 )
 from ..middleware import AuthenticatedHtmxRequest, AuthenticatedHttpRequest
 from ..presenters import argument_rows, changes
-from .common import found, partial
+from .common import KEPT_TICKS, found, partial
 
 
 def _intent_document(op) -> str:
@@ -242,12 +239,12 @@ def _request_id(value: str) -> str:
     return value.partition(":")[0]
 
 
-def _inbox_keeping(selected: list[str]) -> HttpResponse:
+def _inbox_keeping(request: AuthenticatedHttpRequest, selected: list[str]) -> HttpResponse:
     """Back to the inbox with the ticks that were not decided still ticked: a refused
-    bulk action loses nothing the person chose."""
-    kept = list(dict.fromkeys(selected))[:200]
-    url = reverse("console:inbox")
-    return redirect(f"{url}?{urlencode([('keep', value) for value in kept])}" if kept else url)
+    bulk action loses nothing the person chose. Kept in the session, not the link, so
+    that no link can arrive with requests ticked (console/views/inbox.py)."""
+    request.session[KEPT_TICKS] = list(dict.fromkeys(selected))[:200]
+    return redirect("console:inbox")
 
 
 @require_POST
@@ -261,12 +258,12 @@ def approvals_decide_many(request: AuthenticatedHttpRequest) -> HttpResponse:
     selected = request.POST.getlist("request")
     if not form.is_valid() or not selected:
         messages.error(request, "Select the requests, then choose approve or reject.")
-        return _inbox_keeping(selected)
+        return _inbox_keeping(request, selected)
     approve = form.cleaned_data["decision"] == "approve"
     comment = form.cleaned_data["comment"]
     if not approve and not comment.strip():
         messages.error(request, "Write why, to reject: the runners receive the reason.")
-        return _inbox_keeping(selected)
+        return _inbox_keeping(request, selected)
     verified = security.session_verified(request)
     done: list[str] = []
     decided: set[str] = set()
@@ -303,4 +300,6 @@ def approvals_decide_many(request: AuthenticatedHttpRequest) -> HttpResponse:
         messages.success(request, f"{verb} {len(done)}: {', '.join(done)}.")
     for line in refused:
         messages.error(request, f"Not decided, {line}")
-    return _inbox_keeping([value for value in selected if _request_id(value) not in decided])
+    return _inbox_keeping(
+        request, [value for value in selected if _request_id(value) not in decided]
+    )

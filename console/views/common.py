@@ -54,3 +54,8 @@ def datetime_param(request: HttpRequest, name: str) -> datetime | None:
         except ValueError:
             continue
     return None
+
+
+# The session key of the inbox ticks a refused bulk action kept ("request id:intent
+# hash" values), read once by the next inbox page.
+KEPT_TICKS = "inbox_kept_ticks"

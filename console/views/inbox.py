@@ -11,7 +11,7 @@ from operations.contracts import explain
 from operations.machine import EffectClass
 
 from ..middleware import AuthenticatedHtmxRequest
-from .common import partial
+from .common import KEPT_TICKS, partial
 
 
 @require_GET
@@ -23,8 +23,9 @@ def inbox(request: AuthenticatedHtmxRequest) -> HttpResponse:
     pending = list(selectors.requests_pending_for_user(user=request.user, **filters)[:200])
     now = timezone.now()
     # Ticks a refused bulk action kept (approvals_decide_many): "request id:intent hash",
-    # re-ticked only while the request still shows that intent.
-    kept = set(request.GET.getlist("keep")[:200])
+    # re-ticked once, by the next full page, and only while the request still shows
+    # that intent. Polling leaves them for the page (console.js keeps ticks itself).
+    kept = set() if request.htmx else set(request.session.pop(KEPT_TICKS, [])[:200])
     rows = []
     for item in pending:
         op = item.operation

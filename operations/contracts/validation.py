@@ -30,9 +30,7 @@ DISPLAY_PLACEHOLDER = re.compile(r"\{([^{}]*)\}")
 URL_PLACEHOLDERS = {"idempotency_key", "operation_id"}
 # The host of a provider console link: a DNS name whose last label starts with a letter
 # (so no address written as a number, 127.0.0.1 or 0x7f000001), and an optional port.
-CONSOLE_URL_HOST = re.compile(
-    r"(?:[a-z0-9-]{1,63}\.){0,30}[a-z][a-z0-9-]{0,62}\.?(?::[0-9]{1,5})?"
-)
+CONSOLE_URL_HOST = re.compile(r"(?:[a-z0-9-]{1,63}\.){0,30}[a-z][a-z0-9-]{0,62}\.?(?::[0-9]{1,5})?")
 # A provider console link (reconcile.console_url): what support reads the effect by.
 CONSOLE_URL_PLACEHOLDERS = {"downstream_id", "idempotency_key"}
 CONSOLE_URL_MAX_LENGTH = 1000
@@ -556,10 +554,15 @@ def _hint_problems(schema: Any, where: str = "/input_schema") -> list[dict[str, 
     if "x-minor-units" in schema and not isinstance(schema["x-minor-units"], bool):
         problems.append({"path": where + "/x-minor-units", "message": "must be true or false"})
     for key, child in schema.items():
-        if isinstance(child, dict | list) and key not in ("enum", "const", "default", "examples"):
-            token = str(key).replace("~", "~0").replace("/", "~1")
+        token = str(key).replace("~", "~0").replace("/", "~1")
+        if key == "properties" and isinstance(child, dict):
+            # Every value is a schema, whatever its name ("enum" is a fine argument).
+            for name, sub in child.items():
+                name_token = str(name).replace("~", "~0").replace("/", "~1")
+                problems.extend(_hint_problems(sub, f"{where}/properties/{name_token}"))
+        elif isinstance(child, dict | list) and key not in ("enum", "const", "default", "examples"):
             problems.extend(_hint_problems(child, f"{where}/{token}"))
-    return problems
+    return problems[:50]
 
 
 def _display_problems(display: dict[str, Any] | None) -> list[dict[str, str]]:
