@@ -89,6 +89,15 @@ def reveal(value) -> SafeString:
     return mark_safe("".join(parts))  # noqa: S308
 
 
+@register.filter
+def reveal_text(value) -> str:
+    """``reveal`` for an attribute (``aria-label``, ``title``): each invisible or control
+    character as the plain text ``[U+202E]``, no markup; the template escapes the rest."""
+    if value is None:
+        return ""
+    return "".join(f"[U+{ord(char):04X}]" if is_hidden(char) else char for char in str(value))
+
+
 _CSS_TOKEN = re.compile(r"[^a-z0-9_-]+")
 
 

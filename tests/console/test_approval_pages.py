@@ -225,6 +225,8 @@ def test_rows_and_the_approval_page_lead_with_what_will_happen(api, approver):
     assert "Refund €750.00 to pay" in inbox
     assert "\u202e" not in inbox
     assert "U+202E" in inbox
+    # In the checkbox's label too, as plain text: no markup inside an attribute.
+    assert 'aria-label="Select Refund €750.00 to pay[U+202E]evil"' in inbox
     page = client.get(f"/approvals/{op['approval']['id']}/").content.decode()
     assert '<h1 class="lead">Refund €750.00 to pay' in page
     # The rule in words, in the currency of the display; the recorded sentence once,
