@@ -45,6 +45,20 @@ def _indexes(*, create: bool, concurrently: bool):
     return run
 
 
+def _tool_without_its_own_index() -> migrations.AlterField:
+    """The tool foreign key without its own index (op_tool_id serves it)."""
+    return migrations.AlterField(
+        model_name="operation",
+        name="tool",
+        field=models.ForeignKey(
+            db_index=False,
+            on_delete=django.db.models.deletion.PROTECT,
+            related_name="operations",
+            to="operations.tool",
+        ),
+    )
+
+
 class Migration(migrations.Migration):
     atomic = False
 
@@ -61,16 +75,7 @@ class Migration(migrations.Migration):
                     _indexes(create=False, concurrently=True),
                 ),
                 # ...then the foreign key's own index goes (a short DROP INDEX).
-                migrations.AlterField(
-                    model_name="operation",
-                    name="tool",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.PROTECT,
-                        related_name="operations",
-                        to="operations.tool",
-                    ),
-                ),
+                _tool_without_its_own_index(),
                 # Elsewhere after the AlterField, which on SQLite remakes the table.
                 migrations.RunPython(
                     _indexes(create=True, concurrently=False),
@@ -78,16 +83,7 @@ class Migration(migrations.Migration):
                 ),
             ],
             state_operations=[
-                migrations.AlterField(
-                    model_name="operation",
-                    name="tool",
-                    field=models.ForeignKey(
-                        db_index=False,
-                        on_delete=django.db.models.deletion.PROTECT,
-                        related_name="operations",
-                        to="operations.tool",
-                    ),
-                ),
+                _tool_without_its_own_index(),
                 *(migrations.AddIndex(model_name="operation", index=index) for index in INDEXES),
             ],
         ),
