@@ -82,14 +82,34 @@ def argument_rows(contract: dict[str, Any], arguments: Any) -> list[dict[str, An
     secrets = display.secret_paths(contract)
     for path, value in islice(flatten(arguments).items(), MAX_ARGUMENT_ROWS):
         shown = display.describe(contract, path, value, secrets=secrets)
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
         rows.append(
             {
                 "path": path,
                 "label": display.field_for(contract, path)["label"],
                 "shown": shown,
                 "raw": value,
-                "same": shown == text,
+                "same": _reads_as_written(shown, value),
             }
         )
     return rows
+
+
+def changes_described(contract: dict[str, Any], old: Any, new: Any) -> list[dict[str, Any]]:
+    """``changes`` with each argument's label and both values as the contract reads them
+    (what differs from an earlier operation, on the approval page)."""
+    secrets = display.secret_paths(contract)
+    rows = changes(old, new)
+    for row in rows:
+        path = row["path"]
+        row["label"] = display.field_for(contract, path)["label"]
+        for side in ("before", "after"):
+            shown = display.describe(contract, path, row[side], secrets=secrets)
+            row[f"{side}_shown"] = shown
+            row[f"{side}_same"] = _reads_as_written(shown, row[side])
+    return rows
+
+
+def _reads_as_written(shown: str, value: Any) -> bool:
+    """Whether a value reads exactly as its JSON is written (no need to show both)."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return shown == text

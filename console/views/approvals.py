@@ -25,7 +25,7 @@ from ..forms import (
     standing_form_initial,
 )
 from ..middleware import AuthenticatedHtmxRequest, AuthenticatedHttpRequest
-from ..presenters import argument_rows, changes
+from ..presenters import argument_rows, changes_described
 from .common import KEPT_TICKS, found, partial
 
 
@@ -64,7 +64,7 @@ def approval_detail(request: AuthenticatedHtmxRequest, approval_id: str) -> Http
         compared = {
             "label": label,
             "operation": other,
-            "changes": changes(other.arguments, op.arguments),
+            "changes": changes_described(op.tool_version.contract, other.arguments, op.arguments),
             "principal_changed": other.principal != op.principal,
         }
     decisions = list(approval.decisions.all())

@@ -112,8 +112,14 @@ def test_what_changed_since_the_previous_call(api, approver):
     second = api.register(run, "refund", {"payment_id": "pay_2", "amount_cents": 90000})
     html = client.get(f"/approvals/{second['approval']['id']}/").content.decode()
     assert "What differs from the previous refund call in this run" in html
-    assert "/amount_cents" in html
-    assert "90000" in html
+    changed = html[html.index('id="changed"') :]
+    changed = changed[: changed.index("</section>")]
+    # Each change by its label, both values as they read and as they were written.
+    assert "Amount" in changed
+    assert "60,000 cents" in changed
+    assert "90,000 cents" in changed
+    assert '<span class="literal small">90000</span>' in changed
+    assert "pay_2" in changed
 
 
 def test_user_without_permission_gets_404_on_the_approval_page(api):
