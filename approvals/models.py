@@ -226,3 +226,33 @@ class StandingGrantSignature(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} signed {self.grant_id}"
+
+
+class ExternalIdentity(models.Model):
+    """A person's account at an OpenID provider: the pair (issuer, ``sub``) that the
+    provider promises never to give anyone else (OpenID Connect Core, 5.7).
+
+    Single sign-on (console/sso.py) finds the person by this pair alone, never by a name
+    or an email address a provider lets people change; the email is kept only to show.
+    """
+
+    issuer = models.CharField(max_length=255)
+    subject = models.CharField(max_length=255)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="external_identities"
+    )
+    email = models.CharField(max_length=254, blank=True)
+    linked_at = models.DateTimeField(auto_now_add=True)
+    last_sign_in_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["issuer", "subject"], name="external_identity_unique"),
+            # One account per provider and person: a second would be a second key to one door.
+            models.UniqueConstraint(
+                fields=["issuer", "user"], name="external_identity_one_per_user"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.subject} at {self.issuer}"

@@ -22,6 +22,9 @@ ACCOUNT_EVENT_KINDS = frozenset(
         EventKind.SECOND_FACTOR_VERIFIED,
         EventKind.SECOND_FACTOR_FAILED,
         EventKind.SESSIONS_ENDED,
+        EventKind.IDENTITY_LINKED,
+        EventKind.GROUPS_SYNCED,
+        EventKind.SIGN_IN_REFUSED,
     }
 )
 
@@ -33,11 +36,15 @@ def _append(*, user: Person, kind: str, actor: Actor, data: dict[str, Any]) -> E
         return event_append(stream=f"user:{user.pk}", kind=EventKind(kind), actor=actor, data=data)
 
 
-def user_session_record(*, user: Person, kind: str, ip: str = "") -> Event:
-    """Append ``signed_in`` or ``signed_out`` to the person's stream."""
+def user_session_record(*, user: Person, kind: str, ip: str = "", via: str = "") -> Event:
+    """Append ``signed_in`` or ``signed_out`` to the person's stream; ``via`` names a
+    sign-in that was not by password (``"sso"``)."""
     if kind not in SESSION_EVENT_KINDS:
         raise ValueError(f"Not a session event: {kind!r}.")
-    return _append(user=user, kind=kind, actor=Actor.of_user(user), data={"ip": ip or None})
+    data: dict[str, Any] = {"ip": ip or None}
+    if via:
+        data["via"] = via
+    return _append(user=user, kind=kind, actor=Actor.of_user(user), data=data)
 
 
 def user_account_record(

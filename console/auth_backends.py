@@ -1,8 +1,12 @@
-"""Sign-in throttling in front of the password check (django-axes)."""
+"""Sign-in throttling in front of the password check (django-axes), and the password
+check itself, which PASSWORD_LOGIN may keep for superusers."""
 
 from typing import Any
 
 from axes.backends import AxesStandaloneBackend
+from django.conf import settings
+from django.contrib.auth.backends import ModelBackend
+from django.core.exceptions import PermissionDenied
 
 
 class SignInThrottleBackend(AxesStandaloneBackend):
@@ -20,3 +24,21 @@ class SignInThrottleBackend(AxesStandaloneBackend):
         if request is None:
             return None
         return super().authenticate(request, username=username, password=password, **kwargs)
+
+
+class PasswordBackend(ModelBackend):
+    """Django's password check; with ``PASSWORD_LOGIN=superusers`` a right password of
+    anyone else is refused (the console's form and the admin's alike), so that leaving the
+    company at the identity provider ends their access here too.
+
+    ``PermissionDenied`` stops Django at this backend and counts as a failed sign-in.
+    """
+
+    def authenticate(
+        self, request: Any, username: str | None = None, password: str | None = None, **kwargs: Any
+    ):
+        user = super().authenticate(request, username=username, password=password, **kwargs)
+        superusers_only = settings.PASSWORD_LOGIN == "superusers"  # noqa: S105 (a mode)
+        if user is not None and superusers_only and not user.is_superuser:
+            raise PermissionDenied("Password sign-in is for superusers only.")
+        return user

@@ -210,7 +210,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTHENTICATION_BACKENDS = [
     # First: refuses sign-ins of a locked-out username and address before any password check.
     "console.auth_backends.SignInThrottleBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    # Django's password check, refusing non-superusers when PASSWORD_LOGIN=superusers.
+    "console.auth_backends.PasswordBackend",
+    # Single sign-on's code flow (console/sso.py); it answers nothing while OIDC_ISSUER is unset.
+    "console.sso.OIDCBackend",
     "guardian.backends.ObjectPermissionBackend",
 ]
 ANONYMOUS_USER_NAME = None  # django-guardian: no anonymous user row, nobody anonymous decides.
@@ -545,3 +548,79 @@ OTP_ADMIN_HIDE_SENSITIVE_DATA = True
 # migrate, without migration files. SQLite has no such triggers.
 PGTRIGGER_MIGRATIONS = False
 PGTRIGGER_INSTALL_ON_MIGRATE = True
+
+# ---------------------------------------------------------------------------------------
+# Single sign-on with OpenID Connect (console/sso.py, docs/deployment.md). Off unless
+# OIDC_ISSUER is set. The provider's endpoints come from its discovery document
+# (<issuer>/.well-known/openid-configuration), read by the server at first use.
+OIDC_ISSUER = os.environ.get("OIDC_ISSUER", "").strip().rstrip("/")
+
+
+def _oidc_issuer_allowed(issuer: str) -> bool:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(issuer)
+    if parts.scheme == "https" and parts.hostname:
+        return True
+    if parts.scheme != "http" or not parts.hostname:
+        return False
+    if parts.hostname == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(parts.hostname).is_loopback
+    except ValueError:
+        return False
+
+
+if OIDC_ISSUER and not _oidc_issuer_allowed(OIDC_ISSUER):
+    raise ImproperlyConfigured(
+        f"OIDC_ISSUER: {OIDC_ISSUER!r} must be an https address (or http on a loopback address)"
+    )
+OIDC_CLIENT_ID = os.environ.get("OIDC_CLIENT_ID", "")
+OIDC_CLIENT_SECRET = os.environ.get("OIDC_CLIENT_SECRET", "")
+# The name shown on the sign-in button ("Sign in with <name>").
+OIDC_PROVIDER_NAME = os.environ.get("OIDC_PROVIDER_NAME", "").strip() or "single sign-on"
+# The claim that lists a person's groups at the provider, and which of its values make a
+# person a member of which Effectgate group: "provider value=Effectgate group" pairs,
+# comma-separated (or a JSON object). Only the groups named here are ever changed.
+OIDC_GROUPS_CLAIM = os.environ.get("OIDC_GROUPS_CLAIM", "groups").strip() or "groups"
+
+
+def _group_map(text: str) -> dict[str, str]:
+    import json
+
+    text = text.strip()
+    if not text:
+        return {}
+    if text.startswith("{"):
+        parsed = json.loads(text)
+        pairs: list[Any] = list(parsed.items()) if isinstance(parsed, dict) else [parsed]
+    else:
+        pairs = [tuple(item.split("=", 1)) for item in text.split(",") if item.strip()]
+    mapping = {}
+    for pair in pairs:
+        if len(pair) != 2 or not all(isinstance(part, str) and part.strip() for part in pair):
+            raise ImproperlyConfigured(
+                f"OIDC_GROUP_MAP: {pair!r} is not a pair such as finance-approvers=Finance"
+            )
+        mapping[pair[0].strip()] = pair[1].strip()
+    return mapping
+
+
+OIDC_GROUP_MAP = _group_map(os.environ.get("OIDC_GROUP_MAP", ""))
+# Whether the first sign-in of someone unknown creates their person, and whether it may
+# link an existing person whose email the provider says is verified. Both off: people
+# are linked only by (issuer, sub), once an operator has allowed one of these.
+OIDC_CREATE_USERS = _env_bool("OIDC_CREATE_USERS", False)
+OIDC_LINK_BY_VERIFIED_EMAIL = _env_bool("OIDC_LINK_BY_VERIFIED_EMAIL", False)
+OIDC_TIMEOUT_S = float(os.environ.get("OIDC_TIMEOUT_S", "10"))
+OIDC_SIGN_ALGO = os.environ.get("OIDC_SIGN_ALGO", "RS256").strip() or "RS256"
+# Password sign-in: "on" for everyone, "superusers" for superusers only (the others
+# sign in through the provider; a superuser keeps a way in when the provider is down).
+PASSWORD_LOGIN = os.environ.get("PASSWORD_LOGIN", "on").strip().lower() or "on"
+if PASSWORD_LOGIN not in ("on", "superusers"):
+    raise ImproperlyConfigured(f"PASSWORD_LOGIN: {PASSWORD_LOGIN!r} is not on or superusers")
+if OIDC_ISSUER:
+    # Signing out sends the browser on to the provider's end-session endpoint, a redirect
+    # after a form's POST that form-action must allow.
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(OIDC_ISSUER)

@@ -26,7 +26,8 @@ def _ip(request: Any) -> str:
 def _signed_in(sender: Any, request: Any, user: Person, **kwargs: Any) -> None:
     if request is not None and hasattr(request, "session"):
         security.session_start(request.session)
-    accounts.user_session_record(user=user, kind=EventKind.SIGNED_IN, ip=_ip(request))
+    via = "sso" if getattr(user, "backend", "") == "console.sso.OIDCBackend" else ""
+    accounts.user_session_record(user=user, kind=EventKind.SIGNED_IN, ip=_ip(request), via=via)
 
 
 @receiver(user_logged_out, dispatch_uid="console.signed_out")

@@ -1,8 +1,8 @@
 from django.contrib import admin
-from django.contrib.auth import views as auth_views
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
+from console import sso
 from console.views import health
 from operations.http import problems
 from operations.http import views as api
@@ -12,8 +12,11 @@ urlpatterns = [
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics, name="metrics"),
     path("", include("console.console_urls")),
-    path("login/", auth_views.LoginView.as_view(), name="login"),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("login/", sso.SignIn.as_view(), name="login"),
+    path("logout/", sso.SignOut.as_view(), name="logout"),
+    # Single sign-on (console/sso.py): both answer 404 while OIDC_ISSUER is unset.
+    path("oidc/authenticate/", sso.SignInStart.as_view(), name="oidc_authentication_init"),
+    path("oidc/callback/", sso.SignInCallback.as_view(), name="oidc_authentication_callback"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api.urlpatterns)),
     path(

@@ -206,6 +206,12 @@ class EventKind(StrEnum):
     SECOND_FACTOR_ADDED = "second_factor_added"
     SECOND_FACTOR_VERIFIED = "second_factor_verified"
     SECOND_FACTOR_FAILED = "second_factor_failed"
+    # Single sign-on (console/sso.py): a provider's account linked to the person, their
+    # mapped groups changed by the provider's claim, a sign-in refused (on the ``sso``
+    # stream when there is no person).
+    IDENTITY_LINKED = "identity_linked"
+    GROUPS_SYNCED = "groups_synced"
+    SIGN_IN_REFUSED = "sign_in_refused"
     # The archive's stream: the anchor of each archive file.
     ARCHIVED = "archived"
 

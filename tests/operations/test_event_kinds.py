@@ -37,6 +37,7 @@ WRITERS = (
     "console/accounts.py",
     "console/signals.py",
     "console/security.py",
+    "console/sso.py",
 )
 
 # A golden event: its hash, computed with the string "granted" by the code before the
