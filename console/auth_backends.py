@@ -15,13 +15,15 @@ class SignInThrottleBackend(AxesStandaloneBackend):
     Every network-facing sign-in (the console's login form, the admin's) passes the
     request, so every one is throttled. A call without a request is server-side code
     (a management command, a test's ``Client.login``) that no remote guesser can drive;
-    django-axes would refuse it with an error, this backend leaves it to the next one.
+    django-axes would refuse it with an error, this backend leaves it to the next one. So
+    it does a call without a username: single sign-on's callback (console/sso.py), whose
+    code only the provider can issue, and whose refusals django-axes still counts.
     """
 
     def authenticate(
         self, request: Any, username: str | None = None, password: str | None = None, **kwargs: Any
     ):
-        if request is None:
+        if request is None or username is None:
             return None
         return super().authenticate(request, username=username, password=password, **kwargs)
 

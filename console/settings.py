@@ -613,6 +613,9 @@ OIDC_GROUP_MAP = _group_map(os.environ.get("OIDC_GROUP_MAP", ""))
 # are linked only by (issuer, sub), once an operator has allowed one of these.
 OIDC_CREATE_USERS = _env_bool("OIDC_CREATE_USERS", False)
 OIDC_LINK_BY_VERIFIED_EMAIL = _env_bool("OIDC_LINK_BY_VERIFIED_EMAIL", False)
+# What the console asks the provider for; add the scope that releases the groups claim
+# where the provider has one (for example "openid email profile groups").
+OIDC_SCOPES = os.environ.get("OIDC_SCOPES", "").strip() or "openid email profile"
 OIDC_TIMEOUT_S = float(os.environ.get("OIDC_TIMEOUT_S", "10"))
 OIDC_SIGN_ALGO = os.environ.get("OIDC_SIGN_ALGO", "RS256").strip() or "RS256"
 # Password sign-in: "on" for everyone, "superusers" for superusers only (the others

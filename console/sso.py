@@ -33,6 +33,7 @@ from django.core.exceptions import (
 )
 from django.db import models, transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import resolve_url
 from django.urls import reverse
 from django.utils import timezone
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
@@ -48,7 +49,6 @@ from . import accounts, security
 
 logger = logging.getLogger("console.security")
 
-SCOPES = "openid email profile"
 # Bounds on what a provider's claims may bring: group values read, and their length.
 MAX_GROUP_VALUES = 500
 MAX_CLAIM_CHARS = 255
@@ -118,7 +118,9 @@ def oidc_setting(attr: str, *default: Any) -> Any:
         "OIDC_RP_CLIENT_ID": settings.OIDC_CLIENT_ID,
         "OIDC_RP_CLIENT_SECRET": settings.OIDC_CLIENT_SECRET,
         "OIDC_RP_SIGN_ALGO": settings.OIDC_SIGN_ALGO,
-        "OIDC_RP_SCOPES": SCOPES,
+        "OIDC_RP_SCOPES": settings.OIDC_SCOPES,
+        # The client authentication every provider must support (RFC 6749, 2.3.1).
+        "OIDC_TOKEN_USE_BASIC_AUTH": True,
         "OIDC_USE_PKCE": True,
         "OIDC_PKCE_CODE_CHALLENGE_METHOD": "S256",
         "OIDC_USE_NONCE": True,
@@ -127,7 +129,7 @@ def oidc_setting(attr: str, *default: Any) -> Any:
         "OIDC_STORE_ACCESS_TOKEN": False,
         "OIDC_CREATE_USER": False,
         "OIDC_AUTHENTICATION_CALLBACK_URL": "oidc_authentication_callback",
-        "LOGIN_REDIRECT_URL_FAILURE": settings.LOGIN_URL,
+        "LOGIN_REDIRECT_URL_FAILURE": resolve_url(settings.LOGIN_URL),
     }
     if attr in fixed:
         return fixed[attr]
