@@ -14,7 +14,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tests" / "support" / "oidc_provider.mjs"
 CLIENT_ID = "effectgate-console"
-CLIENT_SECRET = "a test client's secret, nothing else"  # noqa: S105 (a test's own client)
+CLIENT_SECRET = "a test client's secret, nothing else"
 
 
 @dataclass
@@ -66,7 +66,7 @@ def oidc_provider(
                 }
             )
         )
-        process = subprocess.Popen(  # noqa: S603 (our own script, with our own arguments)
+        process = subprocess.Popen(
             [node, str(SCRIPT), str(config)],
             cwd=ROOT,
             stdout=subprocess.PIPE,

@@ -1,0 +1,100 @@
+"""Single sign-on's pieces without a provider: its settings, the mapped groups, password
+sign-in for superusers only, and everything off while OIDC_ISSUER is unset. The redirect
+flow itself runs against a real provider in tests/browser/test_single_sign_on.py."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.exceptions import ImproperlyConfigured
+
+from console import settings as console_settings
+from console import sso
+from operations.models import Event
+
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", {}),
+        (
+            "finance-approvers=Finance, it = Support",
+            {"finance-approvers": "Finance", "it": "Support"},
+        ),
+        ('{"cn=finance,ou=groups": "Finance"}', {"cn=finance,ou=groups": "Finance"}),
+    ],
+)
+def test_the_group_map_reads_pairs_or_json(text, expected):
+    assert console_settings._group_map(text) == expected
+
+
+@pytest.mark.parametrize("text", ["Finance", "a=", '["Finance"]', '{"a": 1}'])
+def test_a_group_map_that_is_no_map_is_refused(text):
+    with pytest.raises(ImproperlyConfigured):
+        console_settings._group_map(text)
+
+
+@pytest.mark.parametrize(
+    ("issuer", "allowed"),
+    [
+        ("https://login.example.com/realms/acme", True),
+        ("http://127.0.0.1:9000", True),
+        ("http://[::1]:9000", True),
+        ("http://localhost:9000", True),
+        ("http://login.example.com", False),
+        ("http://10.0.0.5", False),
+        ("ftp://login.example.com", False),
+    ],
+)
+def test_the_issuer_is_https_or_loopback(issuer, allowed):
+    assert console_settings._oidc_issuer_allowed(issuer) is allowed
+
+
+@pytest.mark.django_db
+def test_group_sync_touches_only_the_mapped_groups(settings):
+    settings.OIDC_GROUPS_CLAIM = "roles"
+    settings.OIDC_GROUP_MAP = {"fin": "Finance", "sup": "Support"}
+    person = get_user_model().objects.create_user("dana")
+    person.groups.add(Group.objects.create(name="Support"), Group.objects.create(name="Reviewers"))
+
+    changed = sso.groups_sync(user=person, claims={"roles": ["fin", "other"], "groups": ["sup"]})
+
+    assert changed == {"added": ["Finance"], "removed": ["Support"]}
+    assert set(person.groups.values_list("name", flat=True)) == {"Finance", "Reviewers"}
+
+
+@pytest.mark.django_db
+def test_a_claim_that_is_no_list_removes_the_mapped_groups(settings):
+    settings.OIDC_GROUP_MAP = {"fin": "Finance"}
+    person = get_user_model().objects.create_user("dana")
+    person.groups.add(Group.objects.create(name="Finance"))
+
+    assert sso.groups_sync(user=person, claims={"groups": {"fin": True}})["removed"] == ["Finance"]
+    assert not person.groups.exists()
+
+
+@pytest.mark.django_db
+def test_password_sign_in_of_a_non_superuser_is_refused_when_superusers_only(client, settings):
+    settings.PASSWORD_LOGIN = "superusers"
+    erin = get_user_model().objects.create_user("erin", password=PASSWORD)
+    get_user_model().objects.create_superuser("root", password=PASSWORD)
+
+    response = client.post("/login/", {"username": "erin", "password": PASSWORD})
+    assert response.status_code == 200
+    assert "_auth_user_id" not in client.session
+    assert b"Password sign-in is for superusers only" in response.content
+    assert not Event.objects.filter(stream=f"user:{erin.pk}", kind="signed_in").exists()
+
+    response = client.post("/login/", {"username": "root", "password": PASSWORD})
+    assert response.status_code == 302
+    assert client.session["_auth_user_id"]
+
+
+@pytest.mark.django_db
+def test_without_an_issuer_there_is_no_sso_button_and_no_sso_pages(client):
+    response = client.get("/login/")
+    assert b"Sign in with" not in response.content
+    assert b"Administrators:" not in response.content
+    assert client.get("/oidc/authenticate/").status_code == 404
+    assert client.get("/oidc/callback/?code=x&state=y").status_code == 404
