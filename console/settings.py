@@ -7,12 +7,14 @@ README.md lists each variable.
 """
 
 import ipaddress
+import json
 import os
 import re
 import secrets
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -557,8 +559,6 @@ OIDC_ISSUER = os.environ.get("OIDC_ISSUER", "").strip().rstrip("/")
 
 
 def _oidc_issuer_allowed(issuer: str) -> bool:
-    from urllib.parse import urlsplit
-
     parts = urlsplit(issuer)
     if parts.scheme == "https" and parts.hostname:
         return True
@@ -587,8 +587,6 @@ OIDC_GROUPS_CLAIM = os.environ.get("OIDC_GROUPS_CLAIM", "groups").strip() or "gr
 
 
 def _group_map(text: str) -> dict[str, str]:
-    import json
-
     text = text.strip()
     if not text:
         return {}
@@ -626,4 +624,8 @@ if PASSWORD_LOGIN not in ("on", "superusers"):
 if OIDC_ISSUER:
     # Signing out sends the browser on to the provider's end-session endpoint, a redirect
     # after a form's POST that form-action must allow.
-    CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(OIDC_ISSUER)
+    # The issuer's origin: a source with a path would match that path alone.
+    _issuer = urlsplit(OIDC_ISSUER)
+    CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(
+        f"{_issuer.scheme}://{_issuer.netloc}"
+    )

@@ -364,15 +364,22 @@ class SignInStart(OIDCAuthenticationRequestView):
 
     get_settings = staticmethod(oidc_setting)
 
-    def get(self, request: HttpRequest) -> HttpResponse:
-        _require_enabled()
-        self.OIDC_OP_AUTH_ENDPOINT = _endpoint("authorization_endpoint")
-        self.OIDC_RP_CLIENT_ID = settings.OIDC_CLIENT_ID
-        return super().get(request)
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         # The parent reads the endpoints here; they are read in get(), once enabled.
         super(OIDCAuthenticationRequestView, self).__init__(*args, **kwargs)
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        _require_enabled()
+        try:
+            self.OIDC_OP_AUTH_ENDPOINT = _endpoint("authorization_endpoint")
+        except (httpx.HTTPError, ImproperlyConfigured, ValueError) as exc:
+            logger.warning(
+                "The OpenID provider's discovery document failed: %s", type(exc).__name__
+            )
+            messages.error(request, "The identity provider cannot be reached. Try again later.")
+            return HttpResponseRedirect(reverse("login"))
+        self.OIDC_RP_CLIENT_ID = settings.OIDC_CLIENT_ID
+        return super().get(request)
 
 
 class SignInCallback(OIDCAuthenticationCallbackView):

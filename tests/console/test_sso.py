@@ -98,3 +98,17 @@ def test_without_an_issuer_there_is_no_sso_button_and_no_sso_pages(client):
     assert b"Administrators:" not in response.content
     assert client.get("/oidc/authenticate/").status_code == 404
     assert client.get("/oidc/callback/?code=x&state=y").status_code == 404
+
+
+@pytest.mark.django_db
+def test_a_provider_that_cannot_be_reached_is_said_so_on_the_sign_in_page(client, settings):
+    from tests.support.net import free_port
+
+    settings.OIDC_ISSUER = f"http://127.0.0.1:{free_port()}"
+    settings.OIDC_TIMEOUT_S = 2
+
+    response = client.get("/oidc/authenticate/", follow=True)
+
+    assert response.redirect_chain == [("/login/", 302)]
+    assert b"The identity provider cannot be reached" in response.content
+    assert "oidc_states" not in client.session
