@@ -41,10 +41,18 @@ def client_ip(request: Any) -> str:
     return meta.get("REMOTE_ADDR", "") or ""
 
 
+# Set on a session whose single sign-on asserted a second factor (console/sso.py).
+SSO_SECOND_FACTOR = "sso_second_factor"
+
+
 def session_verified(request: Any) -> bool:
-    """Whether this session was verified with a one-time password (django-otp's
-    middleware gives ``request.user`` an ``is_verified`` method)."""
-    return bool(request.user.is_verified())
+    """Whether this session was verified with a second factor: a one-time password here
+    (django-otp's middleware gives ``request.user`` an ``is_verified`` method), or the
+    identity provider's assertion at sign-in (``OIDC_SECOND_FACTOR_AMR`` / ``_ACR``)."""
+    if request.user.is_verified():
+        return True
+    session = getattr(request, "session", None)
+    return bool(session is not None and session.get(SSO_SECOND_FACTOR) is True)
 
 
 def session_start(session: Any, *, now: float | None = None) -> None:

@@ -613,6 +613,15 @@ OIDC_CREATE_USERS = _env_bool("OIDC_CREATE_USERS", False)
 OIDC_LINK_BY_VERIFIED_EMAIL = _env_bool("OIDC_LINK_BY_VERIFIED_EMAIL", False)
 # What the console asks the provider for; add the scope that releases the groups claim
 # where the provider has one (for example "openid email profile groups").
+# A sign-in whose ID token asserts one of these authentication methods (amr, RFC 8176:
+# e.g. "mfa,otp,hwk") or context classes (acr) counts as verified with a second factor
+# (REQUIRE_TOTP_FOR_IRREVERSIBLE) for that session; empty: never.
+OIDC_SECOND_FACTOR_AMR = frozenset(
+    v.strip() for v in os.environ.get("OIDC_SECOND_FACTOR_AMR", "").split(",") if v.strip()
+)
+OIDC_SECOND_FACTOR_ACR = frozenset(
+    v.strip() for v in os.environ.get("OIDC_SECOND_FACTOR_ACR", "").split(",") if v.strip()
+)
 OIDC_SCOPES = os.environ.get("OIDC_SCOPES", "").strip() or "openid email profile"
 OIDC_TIMEOUT_S = float(os.environ.get("OIDC_TIMEOUT_S", "10"))
 OIDC_SIGN_ALGO = os.environ.get("OIDC_SIGN_ALGO", "RS256").strip() or "RS256"

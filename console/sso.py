@@ -31,7 +31,7 @@ from django.core.exceptions import (
     SuspiciousOperation,
     ValidationError,
 )
-from django.db import models, transaction
+from django.db import IntegrityError, models, transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import resolve_url
 from django.urls import reverse
@@ -245,6 +245,16 @@ def _identity_new(*, issuer: str, subject: str, claims: dict[str, Any]) -> tuple
 
 
 def identity_sign_in(*, request: HttpRequest, issuer: str, claims: dict[str, Any]) -> Person:
+    """``_identity_sign_in``, once more if a first sign-in of the same (issuer, sub) in
+    another request linked it first (the unique link refused this one's): the second
+    attempt finds that link, and nothing of the first attempt was kept."""
+    try:
+        return _identity_sign_in(request=request, issuer=issuer, claims=claims)
+    except IntegrityError:
+        return _identity_sign_in(request=request, issuer=issuer, claims=claims)
+
+
+def _identity_sign_in(*, request: HttpRequest, issuer: str, claims: dict[str, Any]) -> Person:
     """The person the provider's verified claims stand for, linked and with their mapped
     groups refreshed; raises ``SignInRefused`` (recorded) otherwise.
 
@@ -347,11 +357,42 @@ class OIDCBackend(OIDCAuthenticationBackend):
             raise SuspiciousOperation("The userinfo answer is about someone else.")
         # The ID token's claims (issuer, sub) win over the userinfo answer's.
         claims = {**userinfo, **payload}
+        # Only the ID token's own amr / acr count (signed by the provider for this sign-in).
+        self.request.sso_second_factor = second_factor_asserted(payload)
         try:
             return identity_sign_in(request=self.request, issuer=payload["iss"], claims=claims)
         except SignInRefused as refusal:
             messages.error(self.request, str(refusal))
             raise PermissionDenied(str(refusal)) from refusal
+
+
+def second_factor_asserted(claims: dict[str, Any]) -> str:
+    """The amr or acr value by which the ID token asserts a second factor that the
+    settings accept, or "" (``OIDC_SECOND_FACTOR_AMR``, ``OIDC_SECOND_FACTOR_ACR``)."""
+    methods = claims.get("amr")
+    if isinstance(methods, list):
+        for method in methods:
+            if isinstance(method, str) and method in settings.OIDC_SECOND_FACTOR_AMR:
+                return f"amr:{method}"
+    context = claims.get("acr")
+    if isinstance(context, str) and context in settings.OIDC_SECOND_FACTOR_ACR:
+        return f"acr:{context}"
+    return ""
+
+
+def second_factor_record(request: HttpRequest) -> None:
+    """After a sign-in whose ID token asserted a second factor: this session counts as
+    verified (``security.session_verified``), with its event."""
+    asserted = getattr(request, "sso_second_factor", "")
+    if not asserted or not request.user.is_authenticated:
+        return
+    request.session[security.SSO_SECOND_FACTOR] = True
+    accounts.user_account_record(
+        user=request.user,
+        kind=EventKind.SECOND_FACTOR_VERIFIED,
+        actor=Actor.system("sso"),
+        data={"via": "sso", "asserted": asserted[:100]},
+    )
 
 
 def _require_enabled() -> None:
@@ -408,6 +449,7 @@ class SignInCallback(OIDCAuthenticationCallbackView):
                 message="The identity provider did not confirm that sign-in. Please sign in again.",
             )
             return HttpResponseRedirect(reverse("login"))
+        second_factor_record(request)
         if not request.user.is_authenticated and not messages.get_messages(request):
             sign_in_refuse(
                 request=request,

@@ -230,3 +230,37 @@ def test_password_sign_in_is_for_superusers_only_when_so_set(page, idp, settings
     assert urlsplit(page.url).path == "/login/"
     password_sign_in("root")
     assert urlsplit(page.url).path == "/"
+
+
+def test_a_person_signed_in_through_the_provider_approves_by_their_mapped_group(
+    page, idp, settings, live_server
+):
+    """The issue's "done when": sign in through the OpenID provider, then approve. The
+    right to decide comes from the provider's group claim, mapped to Finance."""
+    from guardian.shortcuts import assign_perm
+
+    from operations.models import Tool
+    from tests.conftest import contract, make_runner
+
+    settings.OIDC_LINK_BY_VERIFIED_EMAIL = True
+    get_user_model().objects.create_user("dana", email="dana@example.com")
+    api = make_runner()
+    api.tool("send_refund", contract("irreversible", approval={"mode": "always"}))
+    assign_perm(
+        "operations.decide_tool",
+        Group.objects.create(name="Finance"),
+        Tool.objects.get(pk="send_refund"),
+    )
+    op = api.register(api.run(principal="user:cus_1"), "send_refund")
+
+    provider_sign_in(page, idp)
+    page.wait_for_url(f"{live_server.url}/")
+    row = page.locator(f"#inbox-rows tr[data-operation='{op['id']}']")
+    expect(row).to_be_visible()
+    row.get_by_role("link").first.click()
+    page.get_by_role("button", name="Approve", exact=True).click()
+    page.wait_for_url(lambda url: "/approvals/" not in url)
+    expect(page.get_by_role("status").first).to_contain_text("Approved send_refund")
+    assert api.operation(op["id"])["status"] == "ready"
+    decided = Event.objects.filter(stream=op["id"], kind="decision").values_list("actor", flat=True)
+    assert list(decided) == ["user:dana"]

@@ -216,3 +216,43 @@ def test_verification_is_throttled_after_a_failure(db):
     with time_machine.travel(time.time() + 3, tick=False):
         right = _code(device, offset_steps=1)
         assert client.post("/account/verify", {"code": right}).status_code == 302
+
+
+@pytest.mark.parametrize(
+    ("claims", "asserted"),
+    [
+        ({"amr": ["pwd", "otp"]}, "amr:otp"),
+        ({"amr": ["pwd"]}, ""),
+        ({"amr": "otp"}, ""),  # not a list: no assertion
+        ({"acr": "urn:example:mfa"}, "acr:urn:example:mfa"),
+        ({"acr": "urn:example:password"}, ""),
+        ({}, ""),
+    ],
+)
+def test_which_provider_assertions_count_as_a_second_factor(claims, asserted, settings):
+    from console.sso import second_factor_asserted
+
+    settings.OIDC_SECOND_FACTOR_AMR = frozenset({"otp", "hwk"})
+    settings.OIDC_SECOND_FACTOR_ACR = frozenset({"urn:example:mfa"})
+    assert second_factor_asserted(claims) == asserted
+
+
+def test_a_session_whose_sign_in_asserted_a_second_factor_may_decide_irreversible_tools(
+    pending_irreversible, settings
+):
+    """REQUIRE_TOTP_FOR_IRREVERSIBLE is met by the identity provider's amr / acr at
+    sign-in (console/sso.py sets the session's mark), and only in that session."""
+    from console.security import SSO_SECOND_FACTOR
+
+    settings.REQUIRE_TOTP_FOR_IRREVERSIBLE = True
+    approver = person(decide_on="pay")
+    approval_id = pending_irreversible["pay"]["approval"]["id"]
+    plain = _client(approver)
+    plain.post(f"/approvals/{approval_id}/decide", {"decision": "approve"})
+    assert not Decision.objects.exists()
+    asserted = _client(approver)
+    session = asserted.session
+    session[SSO_SECOND_FACTOR] = True
+    session.save()
+    asserted.post(f"/approvals/{approval_id}/decide", {"decision": "approve"})
+    assert Operation.objects.get(pk=pending_irreversible["pay"]["id"]).status == "ready"
