@@ -528,6 +528,9 @@ SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"] = [
 # Sign-in throttling (django-axes): after AXES_FAILURE_LIMIT failures for one username
 # from one address, that pair is locked out for AXES_COOLOFF_MINUTES.
 AXES_ENABLED = _env_bool("AXES_ENABLED", True)
+# A refused single sign-on callback is a failed sign-in: its code and state stay out of
+# the attempts axes records.
+AXES_SENSITIVE_PARAMETERS = ["username", "ip_address", "code", "state"]
 AXES_FAILURE_LIMIT = int(os.environ.get("AXES_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = timedelta(minutes=int(os.environ.get("AXES_COOLOFF_MINUTES", "15")))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
@@ -625,6 +628,11 @@ OIDC_SECOND_FACTOR_ACR = frozenset(
 OIDC_SCOPES = os.environ.get("OIDC_SCOPES", "").strip() or "openid email profile"
 OIDC_TIMEOUT_S = float(os.environ.get("OIDC_TIMEOUT_S", "10"))
 OIDC_SIGN_ALGO = os.environ.get("OIDC_SIGN_ALGO", "RS256").strip() or "RS256"
+if OIDC_SIGN_ALGO not in {"RS256", "RS384", "RS512", "ES256", "ES384", "ES512"}:
+    raise ImproperlyConfigured(
+        f"OIDC_SIGN_ALGO: {OIDC_SIGN_ALGO!r} is not one of RS256, RS384, RS512, ES256, "
+        "ES384, ES512 (the provider signs with its key; the client secret signs nothing)"
+    )
 # Password sign-in: "on" for everyone, "superusers" for superusers only (the others
 # sign in through the provider; a superuser keeps a way in when the provider is down).
 PASSWORD_LOGIN = os.environ.get("PASSWORD_LOGIN", "on").strip().lower() or "on"

@@ -228,13 +228,23 @@ def _identity_new(*, issuer: str, subject: str, claims: dict[str, Any]) -> tuple
             )
         if people:
             person = people[0]
+            if person.is_superuser or person.is_staff:
+                # Whoever holds that address at the provider would become an
+                # administrator here: an administrator links those people themselves.
+                raise SignInRefused(
+                    "An administrator's person is never linked by email: ask another "
+                    "administrator to link your account."
+                )
             if ExternalIdentity.objects.filter(issuer=issuer, user=person).exists():
                 raise SignInRefused(
                     "Your person here is linked to another account at this provider."
                 )
             return person, "verified_email"
     if settings.OIDC_CREATE_USERS:
-        person = model(username=_new_username(claims, subject), email=email)
+        # An address the provider has not verified is nobody's: not stored, so that no
+        # mail goes to it and no later link by email meets it.
+        verified = email if claims.get("email_verified") is True else ""
+        person = model(username=_new_username(claims, subject), email=verified)
         person.set_unusable_password()
         person.save()
         return person, "created"
@@ -347,6 +357,9 @@ class OIDCBackend(OIDCAuthenticationBackend):
         audiences = audience if isinstance(audience, list) else [audience]
         if settings.OIDC_CLIENT_ID not in audiences:
             raise SuspiciousOperation("The ID token is for another client.")
+        if len(audiences) > 1 and payload.get("azp") != settings.OIDC_CLIENT_ID:
+            # OpenID Connect Core 3.1.3.7: a token for several audiences names its party.
+            raise SuspiciousOperation("The ID token was issued to another party.")
         if "exp" not in payload:
             raise SuspiciousOperation("The ID token has no expiry.")
         return payload
@@ -383,6 +396,8 @@ def second_factor_asserted(claims: dict[str, Any]) -> str:
 def second_factor_record(request: HttpRequest) -> None:
     """After a sign-in whose ID token asserted a second factor: this session counts as
     verified (``security.session_verified``), with its event."""
+    # Each sign-in says anew: a later one without the assertion keeps no earlier mark.
+    request.session.pop(security.SSO_SECOND_FACTOR, None)
     asserted = getattr(request, "sso_second_factor", "")
     if not asserted or not request.user.is_authenticated:
         return
@@ -432,6 +447,12 @@ class SignInCallback(OIDCAuthenticationCallbackView):
 
     def get(self, request: HttpRequest) -> HttpResponse:
         _require_enabled()
+        if not request.session.get("oidc_states"):
+            # No sign-in was started in this browser: nothing to verify, record or end
+            # (a link to this page must not sign anyone out or write the audit).
+            if not request.user.is_authenticated:
+                messages.error(request, "No sign-in was started here. Please sign in again.")
+            return HttpResponseRedirect(reverse("login"))
         try:
             response = super().get(request)
         except SuspiciousOperation as exc:

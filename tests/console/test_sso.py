@@ -112,3 +112,37 @@ def test_a_provider_that_cannot_be_reached_is_said_so_on_the_sign_in_page(client
     assert response.redirect_chain == [("/login/", 302)]
     assert b"The identity provider cannot be reached" in response.content
     assert "oidc_states" not in client.session
+
+
+@pytest.mark.django_db
+def test_an_administrators_person_is_never_linked_by_email(settings):
+    """Whoever holds an administrator's address at the provider must not become that
+    administrator here (console/sso.py, _identity_new)."""
+    settings.OIDC_LINK_BY_VERIFIED_EMAIL = True
+    get_user_model().objects.create_superuser("root", email="root@example.com", password=PASSWORD)
+    claims = {"sub": "s-1", "email": "root@example.com", "email_verified": True}
+    with pytest.raises(sso.SignInRefused, match="never linked by email"):
+        sso._identity_new(issuer="https://idp.example", subject="s-1", claims=claims)
+
+
+@pytest.mark.django_db
+def test_a_created_person_keeps_only_a_verified_email(settings):
+    settings.OIDC_CREATE_USERS = True
+    unverified = {"sub": "s-2", "email": "eve@example.com", "email_verified": "true"}
+    person, via = sso._identity_new(issuer="https://idp.example", subject="s-2", claims=unverified)
+    assert (via, person.email) == ("created", "")
+    verified = {"sub": "s-3", "email": "ann@example.com", "email_verified": True}
+    person, _ = sso._identity_new(issuer="https://idp.example", subject="s-3", claims=verified)
+    assert person.email == "ann@example.com"
+
+
+@pytest.mark.django_db
+def test_a_callback_no_sign_in_started_writes_nothing_and_signs_nobody_out(client, settings):
+    settings.OIDC_ISSUER = "http://127.0.0.1:9"
+    person = get_user_model().objects.create_user("viv", password=PASSWORD)
+    client.force_login(person)
+    before = Event.objects.count()
+    answer = client.get("/oidc/callback/", {"error": "access_denied", "state": "x"})
+    assert answer.status_code == 302
+    assert Event.objects.count() == before
+    assert client.get("/account/").status_code == 200  # still signed in
