@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 
 from operations import services
 from tests.support.collection import deselected_whole
+from tests.support.fake_slack import FakeSlack
 
 _counter = itertools.count(1)
 
@@ -144,6 +145,14 @@ def api(db) -> Api:
 @pytest.fixture
 def other_api(db) -> Api:
     return make_runner()
+
+
+@pytest.fixture
+def fake_slack() -> Iterator[FakeSlack]:
+    """Slack on loopback (tests/support/fake_slack.py); ``fake_slack.settings()`` points
+    Effectgate at it."""
+    with FakeSlack() as fake:
+        yield fake
 
 
 @pytest.fixture(autouse=True)
