@@ -1,10 +1,12 @@
 from django.urls import path
 
+from . import slack
 from .views import (
     account,
     approvals,
     audit,
     dashboard,
+    groups,
     inbound,
     inbox,
     operations,
@@ -82,6 +84,10 @@ urlpatterns += [
     path("inbound/", inbound.inbound_events, name="inbound"),
     path("tools/<str:name>/breaker", tools.tool_breaker, name="tool-breaker"),
     path("tools/<str:name>/owner", tools.tool_owner, name="tool-owner"),
+    path("tools/<str:name>/route", tools.tool_route, name="tool-route"),
+    path("groups/", groups.groups_list, name="groups"),
+    path("groups/<count:group_id>/", groups.group_detail, name="group"),
+    path("groups/<count:group_id>/route", groups.group_route, name="group-route"),
 ]
 
 # Security (issue 8): runner tokens for admins, each person's second factor.
@@ -98,6 +104,9 @@ urlpatterns += [
     path("account/totp", account.totp_start, name="account-totp-start"),
     path("account/totp/confirm", account.totp_confirm, name="account-totp-confirm"),
     path("account/verify", account.verify, name="account-verify"),
+    path("account/notifications", account.notifications, name="account-notifications"),
+    path("account/slack/link", slack.link, name="slack-link"),
+    path("account/slack/unlink", slack.unlink, name="slack-unlink"),
 ]
 
 # Standing grants (issue 25).

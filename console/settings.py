@@ -331,6 +331,9 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "deliver-webhooks": {"task": "operations.tasks.deliver_webhooks", "schedule": 1.0},
     "apply-inbound": {"task": "operations.tasks.apply_inbound", "schedule": 10.0},
     "prune-deliveries": {"task": "operations.tasks.prune_deliveries", "schedule": 3600.0},
+    "deliver-notices": {"task": "operations.tasks.deliver_notices", "schedule": 1.0},
+    "remind-approvers": {"task": "operations.tasks.remind_approvers", "schedule": 30.0},
+    "prune-notices": {"task": "operations.tasks.prune_notices", "schedule": 3600.0},
 }
 # Beat intervals are short and every task is idempotent: a late copy only finds nothing.
 for _entry in CELERY_BEAT_SCHEDULE.values():
@@ -646,3 +649,33 @@ if OIDC_ISSUER:
     CONTENT_SECURITY_POLICY["DIRECTIVES"]["form-action"].append(
         f"{_issuer.scheme}://{_issuer.netloc}"
     )
+
+# Notifications (operations/dispatch/notices.py, docs/notifications.md): mail, Slack and
+# the people-facing webhook, sent from the notices the services write. A reminder goes
+# to who may still decide a request this many seconds before it expires (0: none).
+NOTIFY_REMINDER_BEFORE_S = int(os.environ.get("NOTIFY_REMINDER_BEFORE_S", "900"))
+NOTICE_RETENTION_DAYS = int(os.environ.get("NOTICE_RETENTION_DAYS", "30"))
+# The people-facing webhook: every notice, signed as Standard Webhooks with the secret
+# (whsec_...), to an operator's URL (a relay to Teams or another chat); off when unset.
+NOTIFY_WEBHOOK_URL = os.environ.get("NOTIFY_WEBHOOK_URL", "").strip()
+NOTIFY_WEBHOOK_SECRET = os.environ.get("NOTIFY_WEBHOOK_SECRET", "").strip()
+if NOTIFY_WEBHOOK_URL and urlsplit(NOTIFY_WEBHOOK_URL).scheme not in ("https", "http"):
+    raise ImproperlyConfigured(f"NOTIFY_WEBHOOK_URL: {NOTIFY_WEBHOOK_URL!r} is not an http(s) URL")
+
+# Slack approvals (console/slack.py, docs/deployment.md §4b). Off unless SLACK_BOT_TOKEN is
+# set; interactions (POST /integrations/slack/interactions) need SLACK_SIGNING_SECRET.
+SLACK_BOT_TOKEN = os.environ.get("SLACK_BOT_TOKEN", "").strip()
+SLACK_SIGNING_SECRET = os.environ.get("SLACK_SIGNING_SECRET", "").strip()
+SLACK_API_URL = os.environ.get("SLACK_API_URL", "").strip() or "https://slack.com/api/"
+if not SLACK_API_URL.endswith("/"):
+    SLACK_API_URL += "/"
+if urlsplit(SLACK_API_URL).scheme not in ("https", "http"):
+    raise ImproperlyConfigured(f"SLACK_API_URL: {SLACK_API_URL!r} is not an http(s) URL")
+# The channel a tool's requests go to when neither the tool nor a deciding group has one.
+SLACK_APPROVALS_CHANNEL = os.environ.get("SLACK_APPROVALS_CHANNEL", "").strip()
+# The workspace (T...) whose interactions are taken; empty: any that signs with the secret.
+SLACK_TEAM_ID = os.environ.get("SLACK_TEAM_ID", "").strip()
+# Link a Slack person to the person here whose email Slack says is confirmed, when
+# exactly one active person (not a superuser, not staff) has it.
+SLACK_LINK_BY_VERIFIED_EMAIL = _env_bool("SLACK_LINK_BY_VERIFIED_EMAIL", False)
+SLACK_TIMEOUT_S = float(os.environ.get("SLACK_TIMEOUT_S", "2"))

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from console import sso
+from console import slack, sso
 from console.views import health
 from operations.http import problems
 from operations.http import views as api
@@ -17,6 +17,8 @@ urlpatterns = [
     # Single sign-on (console/sso.py): both answer 404 while OIDC_ISSUER is unset.
     path("oidc/authenticate/", sso.SignInStart.as_view(), name="oidc_authentication_init"),
     path("oidc/callback/", sso.SignInCallback.as_view(), name="oidc_authentication_callback"),
+    # Slack's interactivity URL (console/slack.py): 404 while Slack is not configured.
+    path("integrations/slack/interactions", slack.interactions, name="slack-interactions"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api.urlpatterns)),
     path(

@@ -19,10 +19,10 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
+from django.contrib.auth.models import Group, Permission
 from django.db.models import Q, QuerySet
 from guardian.core import ObjectPermissionChecker
-from guardian.shortcuts import get_objects_for_user, get_users_with_perms
+from guardian.shortcuts import get_groups_with_perms, get_objects_for_user, get_users_with_perms
 
 from approvals.errors import PermissionRefused
 from approvals.models import ApprovalRequest, StandingGrant
@@ -533,6 +533,19 @@ def people_holding(perm: str, tool: Tool) -> list[Person]:
     )
     people = {user.pk: user for user in [*direct, *global_holders]}
     return [user for user in people.values() if user.is_active]
+
+
+def deciding_groups(tool: Tool) -> list[Group]:
+    """The groups whose members may decide ``tool``'s requests: by a permission on the
+    tool or for every tool (where its approval requests are posted)."""
+    app_label, codename = DECIDE.split(".")
+    on_tool: dict[Group, list[str]] = get_groups_with_perms(tool, attach_perms=True)  # type: ignore[assignment]
+    groups = {group.pk: group for group, perms in on_tool.items() if codename in perms}
+    for group in Group.objects.filter(
+        permissions__codename=codename, permissions__content_type__app_label=app_label
+    ):
+        groups[group.pk] = group
+    return sorted(groups.values(), key=lambda group: group.name)
 
 
 def may_scrape_metrics(*, authorization: str, address: str) -> bool:

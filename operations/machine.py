@@ -212,6 +212,18 @@ class EventKind(StrEnum):
     IDENTITY_LINKED = "identity_linked"
     GROUPS_SYNCED = "groups_synced"
     SIGN_IN_REFUSED = "sign_in_refused"
+    # A linked account removed (a Slack account, by its person or an operator).
+    IDENTITY_UNLINKED = "identity_unlinked"
+    # Notifications (services/notices.py): which channels tell a person what (their
+    # stream); which Slack channel a tool's or a group's requests go to (the tool's
+    # stream, or ``group:<id>``).
+    NOTIFICATION_PREFERENCES_SET = "notification_preferences_set"
+    NOTIFICATIONS_ROUTED = "notifications_routed"
+    # Slack (services/slack.py): a button or a form from Slack that decided nothing, on
+    # the request's operation; one that could not be trusted (bad signature, old
+    # timestamp, another workspace) on the ``slack`` stream.
+    SLACK_DECISION_REFUSED = "slack_decision_refused"
+    SLACK_REQUEST_REFUSED = "slack_request_refused"
     # The archive's stream: the anchor of each archive file.
     ARCHIVED = "archived"
 

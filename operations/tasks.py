@@ -10,10 +10,11 @@ from typing import Any
 from celery import shared_task
 from django.conf import settings
 from django.dispatch import receiver
+from django.utils import timezone
 
 from . import services
-from .dispatch import notifications, probes, webhooks
-from .services.core import approval_escalated, approval_requested, resolution_proposed
+from .dispatch import notices, probes, webhooks
+from .services.notices import notices_written
 
 IDEMPOTENT = {"acks_late": True, "reject_on_worker_lost": True, "ignore_result": True}
 
@@ -59,33 +60,25 @@ def prune_deliveries() -> int:
     return services.delivery_prune(older_than=timedelta(days=settings.WEBHOOK_RETENTION_DAYS))
 
 
-@shared_task(acks_late=True, ignore_result=True)
-def notify_approvers(request_id: str) -> int:
-    return notifications.approvers_notify(request_id=request_id)
+@shared_task(**IDEMPOTENT)
+def deliver_notices() -> int:
+    """Fan new notices out and send the deliveries that are due (mail, Slack, the
+    people-facing webhook): dispatch/notices.py."""
+    return notices.deliver_due().sent
 
 
-@receiver(approval_requested)
-def _notify_after_commit(sender: Any, request_id: str, **kwargs: Any) -> None:
-    """The services announce a new request once it is committed; the mail goes out from
-    a worker (or in-process without a broker)."""
-    notify_approvers.delay(request_id)
+@receiver(notices_written)
+def _deliver_notices_after_commit(sender: Any, **kwargs: Any) -> None:
+    """The services wrote notices and committed: send them now from a worker (or
+    in-process without a broker) rather than at beat's next second."""
+    deliver_notices.delay()
 
 
-@shared_task(acks_late=True, ignore_result=True)
-def notify_escalation(request_id: str) -> int:
-    return notifications.escalation_notify(request_id=request_id)
+@shared_task(**IDEMPOTENT)
+def remind_approvers() -> int:
+    return services.reminders_due(now=timezone.now())
 
 
-@receiver(approval_escalated)
-def _notify_escalation_after_commit(sender: Any, request_id: str, **kwargs: Any) -> None:
-    notify_escalation.delay(request_id)
-
-
-@shared_task(acks_late=True, ignore_result=True)
-def notify_confirmers(resolution_id: str) -> int:
-    return notifications.confirmers_notify(resolution_id=resolution_id)
-
-
-@receiver(resolution_proposed)
-def _notify_confirmers_after_commit(sender: Any, resolution_id: str, **kwargs: Any) -> None:
-    notify_confirmers.delay(resolution_id)
+@shared_task(**IDEMPOTENT)
+def prune_notices() -> int:
+    return services.notices_prune(older_than=timedelta(days=settings.NOTICE_RETENTION_DAYS))

@@ -13,6 +13,8 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from approvals.errors import Refusal
+from operations import services
+from operations.selectors import notices
 
 from .. import security
 from ..middleware import AuthenticatedHttpRequest
@@ -46,12 +48,49 @@ def _page(
         "form": form or CodeForm(),
         "required_for_irreversible": settings.REQUIRE_TOTP_FOR_IRREVERSIBLE,
         "nav_section": "console:account",
+        **_notification_context(request),
     }
     response = render(request, "console/account.html", context, status=status)
     if pending is not None:
         # The page shows the authenticator's secret: never keep a copy of it anywhere.
         response["Cache-Control"] = "no-store"
     return response
+
+
+CHANNEL_LABELS = (("mail", "Mail"), ("slack", "Slack direct message"))
+
+
+def _notification_context(request: AuthenticatedHttpRequest) -> dict:
+    chosen = notices.preference_channels(request.user)
+    return {
+        "channel_labels": CHANNEL_LABELS,
+        "preference_rows": [
+            (kind, notices.PERSONAL_KIND_LABELS[kind], chosen[kind])
+            for kind in notices.PERSONAL_KINDS
+        ],
+        "slack_on": bool(settings.SLACK_BOT_TOKEN),
+        "slack_user": notices.slack_accounts([request.user.pk]).get(request.user.pk, ""),
+    }
+
+
+@require_POST
+@login_required
+def notifications(request: AuthenticatedHttpRequest) -> HttpResponse:
+    """Save which channels tell this person of what; a channel offered only once it can
+    reach them (Slack, once linked)."""
+    try:
+        services.preference_set(
+            user=request.user,
+            channels={
+                kind: request.POST.getlist(kind)[: len(notices.PERSONAL_CHANNELS)]
+                for kind in notices.PERSONAL_KINDS
+            },
+        )
+    except ValueError as exc:
+        messages.error(request, f"Nothing was saved. {exc}")
+    else:
+        messages.success(request, "Saved what you are told, and where.")
+    return redirect("console:account")
 
 
 @require_GET

@@ -3,6 +3,7 @@ and activating a version that weakens the contract or that HOLD_NEW_TOOLS held."
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db.models import Count, Q
@@ -13,7 +14,8 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals.errors import Refusal
 from operations import access, selectors, services
 from operations.errors import NotFound
-from operations.models import ToolVersion
+from operations.models import Tool, ToolVersion
+from operations.selectors import notices
 
 from ..middleware import AuthenticatedHttpRequest
 from ..presenters import changes
@@ -91,8 +93,39 @@ def tool_detail(request: AuthenticatedHttpRequest, name: str) -> HttpResponse:
         "breaker_history": selectors.tool_breaker_history(tool),
         "inbound": (active.contract.get("inbound") if active else None),
         "nav_section": "console:tools",
+        **_route_context(request, tool),
     }
     return render(request, "console/tool.html", context)
+
+
+def _route_context(request: AuthenticatedHttpRequest, tool: Tool) -> dict:
+    return {
+        "slack_on": bool(settings.SLACK_BOT_TOKEN),
+        "slack_route": notices.tool_route(tool),
+        "slack_channels": notices.slack_channels_of_tool(tool),
+        "may_route": access.may_manage_tool_permissions(request.user),
+    }
+
+
+@require_POST
+@login_required
+def tool_route(request: AuthenticatedHttpRequest, name: str) -> HttpResponse:
+    """Set (or, empty, remove) the Slack channel of a tool's approval requests."""
+    tool = found(selectors.tool_get_for_user, user=request.user, name=name)
+    try:
+        channel = services.route_set(
+            user=request.user, tool=tool, channel=request.POST.get("slack_channel", "")[:100]
+        )
+    except (Refusal, ValueError) as exc:
+        messages.error(request, f"Nothing was saved. {getattr(exc, 'detail', exc)}")
+    else:
+        messages.success(
+            request,
+            f"{tool.name}'s requests now go to {channel}."
+            if channel
+            else f"{tool.name} has no channel of its own now.",
+        )
+    return redirect("console:tool", name=tool.name)
 
 
 @require_POST

@@ -619,6 +619,12 @@ class SavedView(models.Model):
 
 # People's policies, in a module of their own; imported here so that Django and every
 # ``from operations.models import ...`` find them.
+from .notifications import Notice as Notice  # noqa: E402
+from .notifications import NoticeDelivery as NoticeDelivery  # noqa: E402
+from .notifications import NotificationPreference as NotificationPreference  # noqa: E402
+from .notifications import NotificationRoute as NotificationRoute  # noqa: E402
+from .notifications import SlackInteraction as SlackInteraction  # noqa: E402
+from .notifications import SlackMessage as SlackMessage  # noqa: E402
 from .policies import Policy as Policy  # noqa: E402
 from .policies import PolicyShadowTally as PolicyShadowTally  # noqa: E402
 from .policies import PolicyVersion as PolicyVersion  # noqa: E402

@@ -33,7 +33,16 @@ from .endpoints import (
     webhook_redeliver,
 )
 from .inbound import InboundReceipt, inbound_apply, inbound_receive, tool_inbound_secret_set
+from .notices import (
+    notice_claim,
+    notice_delivery_claim,
+    notice_delivery_finish,
+    notice_fan_out,
+    notices_prune,
+    reminders_due,
+)
 from .outcomes import attempt_heartbeat, attempt_record_outcome
+from .preferences import preference_set, route_set, slack_channel_clean
 from .reconciliation import (
     operation_compensate,
     operation_compensated_by_hand,
@@ -56,6 +65,16 @@ from .runners import (
 )
 from .runs import run_cancel, run_create
 from .saved_views import saved_view_delete, saved_view_save
+from .slack import (
+    slack_decision_refused,
+    slack_interaction_first,
+    slack_interaction_key,
+    slack_link,
+    slack_message_record,
+    slack_message_updated,
+    slack_request_refused,
+    slack_unlink,
+)
 from .standing import (
     StandingTerms,
     standing_grant_issue,
@@ -109,6 +128,11 @@ __all__ = [
     "inbound_apply_pending",
     "inbound_receive",
     "lease_expire_due",
+    "notice_claim",
+    "notice_delivery_claim",
+    "notice_delivery_finish",
+    "notice_fan_out",
+    "notices_prune",
     "operation_compensate",
     "operation_compensated_by_hand",
     "operation_deadline_due",
@@ -119,6 +143,9 @@ __all__ = [
     "operation_resolution_confirm",
     "operation_resolve",
     "outbox_enqueue",
+    "preference_set",
+    "reminders_due",
+    "route_set",
     "run_cancel",
     "run_create",
     "run_expire_due",
@@ -126,6 +153,15 @@ __all__ = [
     "runner_update",
     "saved_view_delete",
     "saved_view_save",
+    "slack_channel_clean",
+    "slack_decision_refused",
+    "slack_interaction_first",
+    "slack_interaction_key",
+    "slack_link",
+    "slack_message_record",
+    "slack_message_updated",
+    "slack_request_refused",
+    "slack_unlink",
     "standing_grant_issue",
     "standing_grant_revoke",
     "standing_grant_sign",

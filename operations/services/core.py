@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import transaction
-from django.dispatch import Signal
 from django.utils import timezone
 
 from approvals import selectors as approval_selectors
@@ -35,9 +34,10 @@ from approvals.people import Person
 from .. import access, errors, machine, payloads, telemetry
 from ..canonical import sha256_hex
 from ..machine import EventKind, Status
-from ..models import Attempt, Event, Operation, OutboxMessage, Runner, WebhookEndpoint
+from ..models import Attempt, Event, Notice, Operation, OutboxMessage, Runner, WebhookEndpoint
 from ..payloads import iso
 from ..selectors import operation_refresh
+from .notices import notice_write, request_changed
 from .rows import insert_all, insert_unless_conflict, save_fields
 from .terms import approval_terms
 
@@ -45,16 +45,6 @@ GENESIS_HASH = "0" * 64
 logger = logging.getLogger(__name__)
 AttemptStatus = Attempt.AttemptStatus
 T = TypeVar("T")
-
-# Sent after the commit that opened an approval request (``request_id``): the tasks
-# module connects the approvers' notification to it, so this layer never imports tasks.
-approval_requested = Signal()
-# Sent after the commit that offered a pending request to its escalation group.
-approval_escalated = Signal()
-# Sent after the commit that proposed a "did not happen" (``resolution_id``): the people
-# who may confirm it are told (four eyes).
-resolution_proposed = Signal()
-
 
 # ---------------------------------------------------------------------------------------
 # Actors and the ledger
@@ -468,9 +458,8 @@ def approval_request_open(
         now=now,
     )
     if announce:
-        transaction.on_commit(
-            partial(approval_requested.send, sender=ApprovalRequest, request_id=request.id)
-        )
+        # People are told from the notice, after commit (services/notices.py).
+        notice_write(kind=Notice.Kind.REQUEST_OPENED, request=request, now=now)
     return request
 
 
@@ -501,8 +490,12 @@ def approval_opened_terms(op: Operation, request: ApprovalRequest) -> dict[str, 
 
 def approval_withdraw_pending(op: Operation, *, now: datetime) -> None:
     latest = approval_selectors.request_latest(op)
-    if latest is not None and latest.status == ApprovalRequest.RequestStatus.PENDING:
-        approval_services.request_withdraw(request=latest, now=now)
+    if (
+        latest is not None
+        and latest.status == ApprovalRequest.RequestStatus.PENDING
+        and approval_services.request_withdraw(request=latest, now=now)
+    ):
+        request_changed(latest, now=now)
 
 
 # ---------------------------------------------------------------------------------------
@@ -584,6 +577,7 @@ def outbox_enqueue_to(
 
 def outbox_approval_decided(op: Operation, request: ApprovalRequest, *, now: datetime) -> None:
     request.refresh_from_db()
+    request_changed(request, now=now)
     outbox_enqueue(
         op=op,
         event_type="approval.decided",

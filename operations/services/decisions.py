@@ -3,7 +3,6 @@
 import json
 import re
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -19,14 +18,14 @@ from ..canonical import intent_hash
 from ..contracts.arguments import apply_edits, validate_frozen
 from ..machine import EventKind, Status
 from ..models import (
+    Notice,
     Operation,
 )
 from ..policies.cedar import Requirement, strictest
 from ..strictjson import loads_strict
-from . import policies
+from . import notices, policies
 from .core import (
     Actor,
-    approval_escalated,
     approval_request_open,
     approval_requested_record,
     enter,
@@ -40,6 +39,11 @@ from .core import (
 from .registration import operation_build, registered_event_data
 from .rows import insert_unless_conflict
 from .standing import StandingTerms, standing_grant_issue_locked
+
+STALE_INTENT = (
+    "The request is not the one you were shown: its intent changed or it was replaced. "
+    "Open it in the console to see it as it is now."
+)
 
 
 def _lock_request(request_id: str) -> tuple[Operation, ApprovalRequest]:
@@ -89,9 +93,7 @@ def approval_escalate_locked(op: Operation, request: ApprovalRequest, *, now: da
         now=now,
         extra={"approval": payloads.approval(request)},
     )
-    transaction.on_commit(
-        partial(approval_escalated.send, sender=ApprovalRequest, request_id=request.id)
-    )
+    notices.notice_write(kind=Notice.Kind.REQUEST_ESCALATED, request=request, now=now)
     return True
 
 
@@ -103,6 +105,8 @@ def approval_decide(
     comment: str,
     otp_verified: bool = False,
     edits: dict[str, Any] | None = None,
+    shown_intent_hash: str | None = None,
+    via: str = "",
 ) -> Operation:
     """One person's decision on a pending request, and the transition that follows.
 
@@ -117,6 +121,11 @@ def approval_decide(
     in ``approval.editable``: see ``_approve_edited``. Edits equal to the values already
     there change nothing, and the decision is a plain approval. Answers the operation
     the decision leaves to run: the successor when there was an edit.
+
+    ``shown_intent_hash``, when given, is the intent the person was shown (a Slack
+    button carries it): the decision is refused, under the request's lock, unless it is
+    still the request's. ``via`` names where the decision came from when it was not the
+    console (``"slack"``), in the decision's event.
     """
     result: Operation | Exception
     with transaction.atomic():
@@ -125,6 +134,8 @@ def approval_decide(
         if request.status == ApprovalRequest.RequestStatus.PENDING and request.expires_at <= now:
             request_expire_locked(op, request, now=now)
         try:
+            if shown_intent_hash is not None and shown_intent_hash != request.intent_hash:
+                raise DecisionRefused(STALE_INTENT)
             changes: list[dict[str, Any]] = []
             if edits and approve:
                 edited, changes = _edited_arguments(op, edits)
@@ -158,6 +169,7 @@ def approval_decide(
                     comment=comment,
                     otp_verified=otp_verified,
                     now=now,
+                    via=via,
                 )
         except Refusal as refusal:
             result = refusal
@@ -173,6 +185,7 @@ def _decide_locked(
     comment: str,
     otp_verified: bool,
     now: datetime,
+    via: str = "",
 ) -> Operation:
     decided = approval_services.decision_record(
         request=request,
@@ -197,6 +210,7 @@ def _decide_locked(
             "comment": decided.decision.comment,
             "approvals": len(approvers),
             "approvals_required": request.approvals_required,
+            **({"via": via} if via else {}),
         },
     )
     if decided.outcome == "approved" and decided.grant is not None:
@@ -229,6 +243,8 @@ def _decide_locked(
         )
     if decided.outcome != "pending":
         outbox_approval_decided(op, request, now=now)
+    else:
+        notices.request_changed(request, now=now)
     return op
 
 

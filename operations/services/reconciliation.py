@@ -1,7 +1,6 @@
 """Reconciliation: answers to "did the effect happen?", from runners, probes and people."""
 
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 from django.db import transaction
@@ -14,10 +13,12 @@ from .. import access, errors, machine
 from ..machine import EventKind, Status
 from ..models import (
     Attempt,
+    Notice,
     Operation,
     Resolution,
     ResolutionReview,
 )
+from . import notices
 from .core import (
     Actor,
     AttemptStatus,
@@ -27,7 +28,6 @@ from .core import (
     lock,
     raise_after_commit,
     record,
-    resolution_proposed,
     succeed,
 )
 
@@ -169,12 +169,8 @@ def operation_resolve(
                     now=now,
                     data={"resolution": resolution.id, "result": "not_found", "note": note},
                 )
-                transaction.on_commit(
-                    partial(
-                        resolution_proposed.send,
-                        sender=Resolution,
-                        resolution_id=resolution.id,
-                    )
+                notices.notice_write(
+                    kind=Notice.Kind.CONFIRMATION_NEEDED, resolution=resolution, now=now
                 )
             else:
                 reconcile_locked(

@@ -28,6 +28,8 @@ OTHER_KINDS = {
     "actor": {"", "user", "runner"},
     # What a policy version does (PolicyVersion.kind, policies.cedar.Kind).
     "policy": {"forbid", "require", "permit"},
+    # What Slack sent to the interactivity URL (its payload's ``type``).
+    "slack": {"block_actions", "view_submission"},
 }
 NOT_EVENT_KINDS = set().union(*OTHER_KINDS.values())
 
@@ -38,6 +40,7 @@ WRITERS = (
     "console/signals.py",
     "console/security.py",
     "console/sso.py",
+    "console/slack.py",
 )
 
 # A golden event: its hash, computed with the string "granted" by the code before the

@@ -1,0 +1,76 @@
+"""Groups: who is in each, which tools it decides, and the Slack channel its approval
+requests are posted to (docs/notifications.md). Seen and changed by people who may
+manage tools' permissions (``access.may_manage_tool_permissions``)."""
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import Group
+from django.http import HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from approvals.errors import PermissionRefused, Refusal
+from operations import access, services
+from operations.selectors import notices
+
+from ..middleware import AuthenticatedHttpRequest
+
+
+def _require(request: AuthenticatedHttpRequest) -> None:
+    if not access.may_manage_tool_permissions(request.user):
+        raise PermissionRefused("Only people who manage tools' permissions see groups here.")
+
+
+@require_GET
+@login_required
+def groups_list(request: AuthenticatedHttpRequest) -> HttpResponse:
+    _require(request)
+    return render(
+        request,
+        "console/groups.html",
+        {
+            "rows": notices.group_rows(),
+            "slack_on": bool(settings.SLACK_BOT_TOKEN),
+            "nav_section": "console:tools",
+        },
+    )
+
+
+@require_GET
+@login_required
+def group_detail(request: AuthenticatedHttpRequest, group_id: int) -> HttpResponse:
+    _require(request)
+    group = get_object_or_404(Group, pk=group_id)
+    return render(
+        request,
+        "console/group.html",
+        {
+            "group": group,
+            "members": group.user_set.filter(is_active=True).order_by("username"),
+            "decides": notices.tools_decided_by(group),
+            "slack_route": notices.group_route(group),
+            "slack_on": bool(settings.SLACK_BOT_TOKEN),
+            "nav_section": "console:tools",
+        },
+    )
+
+
+@require_POST
+@login_required
+def group_route(request: AuthenticatedHttpRequest, group_id: int) -> HttpResponse:
+    group = get_object_or_404(Group, pk=group_id)
+    try:
+        channel = services.route_set(
+            user=request.user, group=group, channel=request.POST.get("slack_channel", "")[:100]
+        )
+    except (Refusal, ValueError) as exc:
+        messages.error(request, f"Nothing was saved. {getattr(exc, 'detail', exc)}")
+    else:
+        messages.success(
+            request,
+            f"{group.name}'s requests now go to {channel}."
+            if channel
+            else f"{group.name} has no channel of its own now.",
+        )
+    return redirect("console:group", group_id=group.pk)
