@@ -152,7 +152,8 @@ def test_a_request_is_posted_with_what_a_person_needs_and_no_secret(api, slack_o
     _refund_tool(api)
     op = _pending(api)
     [post] = slack_on.calls_to("chat.postMessage")
-    assert post.token_ok and post.args["channel"] == CHANNEL
+    assert post.token_ok
+    assert post.args["channel"] == CHANNEL
     message = _posted(slack_on, op)
     text = _texts(message.blocks)
     assert "Approval needed: refund" in text
@@ -197,15 +198,18 @@ def test_approve_from_slack_and_the_console_the_api_and_the_message_agree(
     console = Client()
     console.force_login(ann)
     page = console.get(f"/approvals/{op['approval']['id']}/").content.decode()
-    assert "approved" in page.lower() and "ann" in page
+    assert "approved" in page.lower()
+    assert "ann" in page
     decision = Event.objects.get(stream=op["id"], kind="decision")
-    assert decision.actor == "user:ann" and decision.data["via"] == "slack"
+    assert decision.actor == "user:ann"
+    assert decision.data["via"] == "slack"
     # Slack: the same message, updated in place: who decided, no buttons left.
     update = slack_on.wait_for("chat.update")[-1]
     assert update.args["ts"] == message.ts
     now = _posted(slack_on, op)
     assert "Approved: refund" in _texts(now.blocks)
-    assert "ann" in _texts(now.blocks) and "approved" in _texts(now.blocks)
+    assert "ann" in _texts(now.blocks)
+    assert "approved" in _texts(now.blocks)
     assert _buttons(now) == ["open"]
     assert list(state_verify()) == []
 
@@ -353,7 +357,8 @@ def test_a_quorum_of_two_completes_with_one_decision_from_slack_and_one_from_the
     assert api.operation(op["id"])["status"] == "ready"
     done = _posted(slack_on, op)
     assert "Approved: refund" in _texts(done.blocks)
-    assert "ann" in _texts(done.blocks) and "bea" in _texts(done.blocks)
+    assert "ann" in _texts(done.blocks)
+    assert "bea" in _texts(done.blocks)
     assert _buttons(done) == ["open"]
     deciders = Event.objects.get(stream=op["id"], kind="granted").data["deciders"]
     assert len(deciders) == 2
@@ -430,7 +435,8 @@ def test_an_escalation_posts_to_the_groups_channel_and_mails_its_members(api, sl
     assert posts == [CHANNEL, "finance-leads"]
     assert "Escalated to" in _texts(_posted_in(slack_on, op, "finance-leads").blocks)
     [sent] = mail.outbox
-    assert sent.to == ["lead@example.com"] and "Escalated to Finance leads" in sent.subject
+    assert sent.to == ["lead@example.com"]
+    assert "Escalated to Finance leads" in sent.subject
     routed = Event.objects.get(stream=f"group:{group.pk}", kind="notifications_routed")
     assert routed.data == {"slack_channel": "finance-leads", "before": None}
 
@@ -454,12 +460,14 @@ def test_a_person_links_their_slack_account_from_the_link_slack_gave_them(
     console = Client()
     console.force_login(ann)
     page = console.get(link.group(1))
-    assert page.status_code == 200 and b"U0ANN" in page.content
+    assert page.status_code == 200
+    assert b"U0ANN" in page.content
     token = re.search(r'name="token" value="([^"]+)"', page.content.decode()).group(1)
     assert console.post("/account/slack/link", {"token": token}).status_code == 302
     assert ExternalIdentity.objects.get(issuer="slack", user=ann).subject == "U0ANN"
     linked = Event.objects.get(stream=f"user:{ann.pk}", kind="identity_linked")
-    assert linked.data["via"] == "console" and linked.data["subject"] == "U0ANN"
+    assert linked.data["via"] == "console"
+    assert linked.data["subject"] == "U0ANN"
     # A forged or expired token links nothing.
     assert console.post("/account/slack/link", {"token": token + "x"}).status_code == 302
     assert ExternalIdentity.objects.filter(issuer="slack").count() == 1
@@ -520,7 +528,8 @@ def test_a_rate_limited_post_is_sent_again_after_slacks_retry_after(api, slack_o
     _refund_tool(api)
     op = _pending(api)
     delivery = NoticeDelivery.objects.get(channel="slack", address=CHANNEL)
-    assert delivery.status == "pending" and "ratelimited" in delivery.last_error
+    assert delivery.status == "pending"
+    assert "ratelimited" in delivery.last_error
     assert delivery.next_attempt_at >= timezone.now() + timedelta(seconds=6)
     with time_machine.travel(timezone.now() + timedelta(seconds=8), tick=False):
         notices.deliver_due()
@@ -535,7 +544,8 @@ def test_a_channel_that_does_not_exist_fails_at_once(api, slack_on):
     _refund_tool(api)
     _pending(api)
     delivery = NoticeDelivery.objects.get(channel="slack", address=CHANNEL)
-    assert delivery.status == "failed" and delivery.last_error == "Slack: channel_not_found"
+    assert delivery.status == "failed"
+    assert delivery.last_error == "Slack: channel_not_found"
 
 
 def test_interactions_answer_404_while_slack_is_not_configured(db, client):
