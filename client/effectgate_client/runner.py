@@ -276,6 +276,7 @@ class Runner:
         approval: dict[str, Any] | None = None,
         undo: ToolFunction | None = None,
         approval_wait_s: float | None = None,
+        waiter: Waiter | None = None,
     ) -> ToolCallResult:
         """Take one intended effect as far as it can go now; see the module docstring.
 
@@ -286,7 +287,10 @@ class Runner:
         operation's key suffixed ``:undo``); raising means the undo failed.
         ``approval_wait_s``: how long, within ``wait_s``, to wait for a person's decision
         (0 answers ``awaiting_approval`` at once; retries still get their backoff).
+        ``waiter``: how this call waits for a person or a reconciliation, instead of the
+        runner's own (the MCP gateway's tells its client while a person decides).
         """
+        waiter = waiter or self.waiter
         started = self.clock()
         deadline = started + self.wait_s
         # How long to wait for a person, within the whole wait (0: ask once, go on).
@@ -328,7 +332,7 @@ class Runner:
                 wait_until = min(deadline, started + self.reconciliation_wait_s)
                 if self.clock() >= wait_until:
                     break
-                op = self.waiter.wait(self.client, op, status=status, deadline=wait_until)
+                op = waiter.wait(self.client, op, status=status, deadline=wait_until)
                 continue
             if status == "compensating":
                 if undo is None or op.get("error_code") == "compensation_failed":
@@ -339,7 +343,7 @@ class Runner:
                 if self.clock() >= approval_deadline:
                     result.refusal = ApprovalRequired.code
                     break
-                op = self.waiter.wait(self.client, op, status=status, deadline=approval_deadline)
+                op = waiter.wait(self.client, op, status=status, deadline=approval_deadline)
                 continue
             # ready, or executing under a lease this call does not hold
             try:

@@ -66,27 +66,31 @@ def envelope_of(result) -> dict:
 
 
 @asynccontextmanager
-async def session_over(transport):
+async def session_over(transport, session_class=None, **session_kwargs):
+    """An initialized client session over ``transport``; ``session_kwargs`` go to the
+    ``ClientSession`` (an elicitation callback, a message handler)."""
     from mcp import ClientSession
     from mcp_types import Implementation
 
     async with AsyncExitStack() as stack:
         read, write = await stack.enter_async_context(transport)
         session = await stack.enter_async_context(
-            ClientSession(read, write, client_info=Implementation(**CLIENT_INFO))
+            (session_class or ClientSession)(
+                read, write, client_info=Implementation(**CLIENT_INFO), **session_kwargs
+            )
         )
         await session.initialize()
         yield session
 
 
-def gateway_stdio(config, token, errlog):
+def gateway_stdio(config, token, errlog, **session_kwargs):
     """A session with a gateway process spawned over stdio (the installed script)."""
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     params = StdioServerParameters(
         command=str(GATEWAY), args=["--config", str(config)], env={"EFFECTGATE_TOKEN": token}
     )
-    return session_over(stdio_client(params, errlog=errlog))
+    return session_over(stdio_client(params, errlog=errlog), **session_kwargs)
 
 
 def upstream_stdio(ledger, errlog):
@@ -668,6 +672,288 @@ def test_principal_from_client_info(mcp_config, mcp_effectgate, tmp_path):
     result = run_in_thread(anyio.run, once)
     assert envelope_of(result)["status"] == "succeeded"
     assert Operation.objects.get().principal == "client:refund-agent"
+
+
+# --- 6: URL-mode elicitation of the approval page --------------------------------------------
+
+
+class ElicitingClient:
+    """A client that declares URL-mode elicitation (the SDK's ``ClientSession`` with an
+    elicitation callback declares ``elicitation: {form: {}, url: {}}``). It records the
+    elicitations it is sent and answers each with ``action``, or with nothing when
+    ``action`` is None (its user never answers: the request stays open until the gateway
+    withdraws it); it records the completion notifications it receives."""
+
+    def __init__(self, action="accept"):
+        self.action = action
+        self.elicitations = []
+        self.completed = []
+        self.withdrawn = 0
+        self.asked = threading.Event()
+
+    async def elicitation_callback(self, context, params):
+        from mcp_types import ElicitResult
+
+        self.elicitations.append(params)
+        self.asked.set()
+        if self.action is None:
+            try:
+                await anyio.sleep(120)
+            except anyio.get_cancelled_exc_class():
+                self.withdrawn += 1
+                raise
+        return ElicitResult(action=self.action)
+
+    async def message_handler(self, message):
+        from mcp_types import ElicitCompleteNotification
+
+        if isinstance(message, ElicitCompleteNotification):
+            self.completed.append(message.params.elicitation_id)
+
+    def session_kwargs(self):
+        return {
+            "elicitation_callback": self.elicitation_callback,
+            "message_handler": self.message_handler,
+        }
+
+
+def form_only_session():
+    """A ``ClientSession`` that declares form-mode elicitation only."""
+    import mcp_types as types
+    from mcp import ClientSession
+
+    class FormOnlySession(ClientSession):
+        def _build_capabilities(self, version):
+            declared = super()._build_capabilities(version)
+            form = types.ElicitationCapability(form=types.FormElicitationCapability())
+            return declared.model_copy(update={"elicitation": form})
+
+    return FormOnlySession
+
+
+def _through_gateway(transport, config, token, log_path, free_port, scenario, **session_kwargs):
+    """``scenario(session)`` against a gateway process over stdio or streamable HTTP."""
+    if transport == "stdio":
+
+        async def over_stdio():
+            with log_path.open("w") as errlog:
+                async with gateway_stdio(config, token, errlog, **session_kwargs) as session:
+                    return await scenario(session)
+
+        return run_in_thread(anyio.run, over_stdio)
+    from mcp.client.streamable_http import streamable_http_client
+
+    with GatewayHTTP(config, token, free_port(), log_path) as gateway:
+
+        async def over_http():
+            transport = streamable_http_client(gateway.url)
+            async with session_over(transport, **session_kwargs) as session:
+                return await scenario(session)
+
+        return run_in_thread(anyio.run, over_http)
+
+
+def _decide_once_asked(asked, **decision):
+    """A person decides, once the client has been asked to open the approval page."""
+    assert asked.wait(timeout=20), "the client was never asked to open the approval page"
+    _decide(**decision)
+
+
+async def _until(condition, timeout_s=5.0):
+    with anyio.fail_after(timeout_s):
+        while not condition():
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.parametrize("transport", ["stdio", "http"])
+def test_elicit_a_client_that_opens_urls_is_sent_the_approval_page_and_answered_once_approved(
+    transport, mcp_config, mcp_effectgate, mcp_ledger, mcp_free_port, tmp_path
+):
+    config = mcp_config(approval_wait_s=20)
+    arguments = {"payment_id": "pay_big", "amount_cents": 75_000}  # over the rule's 50000
+    client = ElicitingClient(action="accept")
+
+    async def scenario(session):
+        thread, errors = _in_thread(
+            _decide_once_asked, asked=client.asked, approve=True, payment_id="pay_big"
+        )
+        started = time.monotonic()
+        result = await session.call_tool("send_refund", arguments)
+        elapsed = time.monotonic() - started
+        await anyio.to_thread.run_sync(thread.join)
+        assert not errors, errors
+        await _until(lambda: client.completed)
+        return result, elapsed
+
+    log_path = tmp_path / "gateway.log"
+    result, elapsed = _through_gateway(
+        transport,
+        config,
+        mcp_effectgate.token,
+        log_path,
+        mcp_free_port,
+        scenario,
+        **client.session_kwargs(),
+    )
+
+    # The call waited for the decision and answered with the upstream's result.
+    assert not result.is_error, result
+    assert elapsed < 20
+    assert result.content[0].text.startswith("refunded 75000 cents of pay_big")
+    assert envelope_of(result)["status"] == "succeeded"
+    operation = Operation.objects.get()
+    assert operation.status == "succeeded"
+    assert mcp_ledger.effects == 1
+    # One elicitation, in URL mode, with the approval page the error answer links to.
+    [asked] = client.elicitations
+    request = operation.approval_requests.get()
+    assert asked.mode == "url"
+    assert asked.url == f"{mcp_effectgate.url}/approvals/{request.id}/"
+    assert "send_refund" in asked.message
+    assert "approve" in asked.message
+    assert asked.elicitation_id
+    # The decision came: the elicitation is complete.
+    assert client.completed == [asked.elicitation_id]
+    # Nothing secret travels in it: no token, no idempotency key, no argument.
+    sent = json.dumps(asked.model_dump(mode="json", by_alias=True))
+    assert mcp_effectgate.token not in sent
+    assert operation.idempotency_key not in sent
+    assert "75000" not in sent
+    assert "pay_big" not in sent
+    log = log_path.read_text()
+    assert mcp_effectgate.token not in log
+    assert "Traceback" not in log
+
+
+def test_elicit_a_rejection_answers_the_rejection_envelope_without_waiting_for_the_client(
+    mcp_config, mcp_effectgate, mcp_ledger, mcp_free_port, tmp_path
+):
+    """The client's user never answers the prompt: the wait goes on regardless, the
+    person's rejection answers the call at once, and the open elicitation is withdrawn."""
+    config = mcp_config(approval_wait_s=20)
+    arguments = {"payment_id": "pay_dup", "amount_cents": 80_000}
+    client = ElicitingClient(action=None)
+    reason = "Duplicate: the bank already returned this payment."
+
+    async def scenario(session):
+        thread, errors = _in_thread(
+            _decide_once_asked,
+            asked=client.asked,
+            approve=False,
+            comment=reason,
+            payment_id="pay_dup",
+        )
+        started = time.monotonic()
+        result = await session.call_tool("send_refund", arguments)
+        elapsed = time.monotonic() - started
+        await anyio.to_thread.run_sync(thread.join)
+        assert not errors, errors
+        await _until(lambda: client.completed and client.withdrawn)
+        return result, elapsed
+
+    result, elapsed = _through_gateway(
+        "stdio",
+        config,
+        mcp_effectgate.token,
+        tmp_path / "gateway.log",
+        mcp_free_port,
+        scenario,
+        **client.session_kwargs(),
+    )
+
+    assert result.is_error
+    assert elapsed < 15
+    envelope = envelope_of(result)
+    assert envelope["status"] == "rejected"
+    assert envelope["code"] == "approval_rejected"
+    assert reason in envelope["message"]
+    assert envelope["allowed_next_actions"] == []
+    [asked] = client.elicitations
+    assert client.completed == [asked.elicitation_id]
+    assert client.withdrawn == 1
+    assert Operation.objects.get().status == "rejected"
+    assert mcp_ledger.effects == 0
+
+
+def test_elicit_a_declined_prompt_keeps_waiting_and_an_undecided_wait_answers_the_link(
+    mcp_config, mcp_effectgate, mcp_ledger, mcp_free_port, tmp_path
+):
+    config = mcp_config(approval_wait_s=2)
+    client = ElicitingClient(action="decline")
+
+    async def scenario(session):
+        started = time.monotonic()
+        result = await session.call_tool(
+            "send_refund", {"payment_id": "pay_big", "amount_cents": 75_000}
+        )
+        elapsed = time.monotonic() - started
+        await anyio.sleep(0.5)  # a completion would have arrived by now
+        return result, elapsed
+
+    result, elapsed = _through_gateway(
+        "stdio",
+        config,
+        mcp_effectgate.token,
+        tmp_path / "gateway.log",
+        mcp_free_port,
+        scenario,
+        **client.session_kwargs(),
+    )
+
+    # Declining did not end the wait: the call waited approval_wait_s, then answered
+    # today's answer, with the link it had sent.
+    assert elapsed >= 2
+    assert result.is_error
+    envelope = envelope_of(result)
+    assert envelope["status"] == "awaiting_approval"
+    [asked] = client.elicitations
+    assert envelope["approval_url"] == asked.url
+    assert asked.url in envelope["next_step"]
+    # Nobody decided: nothing is complete.
+    assert client.completed == []
+    assert Operation.objects.get().status == "awaiting_approval"
+    assert mcp_ledger.effects == 0
+
+
+@pytest.mark.parametrize("declared", ["nothing", "form_only"])
+def test_elicit_a_client_without_url_mode_gets_todays_answer_and_no_elicitation(
+    declared, mcp_config, mcp_effectgate, mcp_ledger, mcp_free_port, tmp_path
+):
+    config = mcp_config(approval_wait_s=2)
+    client = ElicitingClient(action="accept")
+    if declared == "form_only":
+        session_kwargs = {"session_class": form_only_session(), **client.session_kwargs()}
+    else:
+        session_kwargs = {"message_handler": client.message_handler}
+
+    async def scenario(session):
+        started = time.monotonic()
+        result = await session.call_tool(
+            "send_refund", {"payment_id": "pay_big", "amount_cents": 75_000}
+        )
+        return result, time.monotonic() - started
+
+    log_path = tmp_path / "gateway.log"
+    result, elapsed = _through_gateway(
+        "stdio",
+        config,
+        mcp_effectgate.token,
+        log_path,
+        mcp_free_port,
+        scenario,
+        **session_kwargs,
+    )
+
+    assert elapsed >= 2
+    assert result.is_error
+    envelope = envelope_of(result)
+    assert envelope["status"] == "awaiting_approval"
+    request = Operation.objects.get().approval_requests.get()
+    assert envelope["approval_url"] == f"{mcp_effectgate.url}/approvals/{request.id}/"
+    assert envelope["approval_url"] in envelope["next_step"]
+    assert client.elicitations == []
+    assert client.completed == []
+    assert "asking the client to open" not in log_path.read_text()
 
 
 # --- 5: configuration ------------------------------------------------------------------------

@@ -20,7 +20,8 @@ Configuration (TOML; an unknown key is an error)::
     principal = "user:alice"           # whom the calls act for; or:
     # principal_from = "client_info"   # "client:<the MCP client's clientInfo name>"
     # session = "alice-laptop"         # names the session in derived operation keys
-    approval_wait_s = 0                # how long one call may wait (approval, backoff)
+    approval_wait_s = 0                # how long one call may wait (approval, backoff);
+                                       # above 0, clients that open links get the page
     upstream_timeout_s = 30            # how long to wait for an upstream's answer
     # console_url = "https://effectgate.internal"   # approval links (default: url)
     # default_effect_class = "idempotent"           # also expose tools not listed below
@@ -93,6 +94,19 @@ also carries the envelope in ``_meta["effectgate/envelope"]``. The upstream tool
 output schemas are not exposed: an answer that is not a success carries no structured
 content.
 
+**A client that opens links** (it declared ``capabilities.elicitation.url``, MCP
+2025-11-25) is asked to open the approval page while the call waits: with
+``approval_wait_s`` above 0, the gateway sends one ``elicitation/create`` in URL mode
+(the ``approval_url`` above, a message naming the tool and what it waits for; no token,
+key or argument), goes on waiting without waiting for the client's answer, and sends
+``notifications/elicitation/complete`` for it when the person decides, before the call
+answers as usual (the upstream's result once approved, the rejection envelope). The
+client's ``accept``, ``decline`` or ``cancel`` is its user's choice about opening the
+page, not a decision: the call waits either way, since an approver may decide from the
+inbox. A wait that ends undecided answers as above (the link, no completion); an
+elicitation still unanswered when the call answers is cancelled. A client that declared
+form mode only, or no elicitation, gets the answer with the link alone (``_mcp_elicit``).
+
 Each principal gets one Effectgate run, created at its first call. The HTTP transport
 has no authentication of its own: bind it to a loopback address or put it behind one.
 """
@@ -128,6 +142,7 @@ from ..runner import AttemptContext, Runner
 from ..waiters import PollingWaiter
 from ._common import derived_key, refusal_envelope
 from ._mcp_config import ConfigError, GatewayConfig, load
+from ._mcp_elicit import ApprovalPrompt, PromptingWaiter, approval_url, opens_urls
 from ._mcp_upstream import (
     VERSION,
     UpstreamLink,
@@ -357,9 +372,26 @@ class Gateway:
                 ),
                 None,
             )
-        return await anyio.to_thread.run_sync(
-            functools.partial(self._execute, route, principal, key, arguments)
-        )
+        if self.config.approval_wait_s <= 0 or not opens_urls(ctx.session):
+            return await anyio.to_thread.run_sync(
+                functools.partial(self._execute, route, principal, key, arguments)
+            )
+        async with anyio.create_task_group() as task_group:
+            prompt = ApprovalPrompt(
+                session=ctx.session,
+                request_id=ctx.request_id,
+                task_group=task_group,
+                console=self.config.console,
+                tool=route.name,
+                wait_s=self.config.approval_wait_s,
+            )
+            result = await anyio.to_thread.run_sync(
+                functools.partial(self._execute, route, principal, key, arguments, prompt)
+            )
+            # An elicitation the client has not answered yet is withdrawn (the SDK sends
+            # notifications/cancelled for it): the call it was about has its answer.
+            task_group.cancel_scope.cancel()
+        return result
 
     # --- one call, in a worker thread ------------------------------------------------------
 
@@ -385,7 +417,12 @@ class Gateway:
         return Succeeded(result=_stored_result(result))
 
     def _execute(
-        self, route: Route, principal: str, key: str, arguments: dict[str, Any]
+        self,
+        route: Route,
+        principal: str,
+        key: str,
+        arguments: dict[str, Any],
+        prompt: ApprovalPrompt | None = None,
     ) -> types.CallToolResult:
         captured = _Captured()
         try:
@@ -396,6 +433,7 @@ class Gateway:
                 operation_key=key,
                 arguments=arguments,
                 call=functools.partial(self._call_upstream, route, captured),
+                waiter=PromptingWaiter(self.runner.waiter, prompt) if prompt else None,
             )
         except OutcomeNotRecorded as exc:
             logger.error(
@@ -425,9 +463,9 @@ class Gateway:
         envelope = dict(outcome.envelope)
         op = outcome.operation
         if envelope.get("status") == "awaiting_approval":
-            approval = op.get("approval") or {}
-            if approval.get("id"):
-                envelope["approval_url"] = f"{self.config.console}/approvals/{approval['id']}/"
+            url = approval_url(self.config.console, op)
+            if url is not None:
+                envelope["approval_url"] = url
             where = f" at {envelope['approval_url']}" if "approval_url" in envelope else ""
             envelope["next_step"] = (
                 f"A person has to approve this call{where}; tell the user. Once it is "
