@@ -24,7 +24,18 @@ from approvals.errors import Refusal
 from approvals.people import Person
 
 from . import access, services
-from .models import Attempt, Event, Operation, Run, Runner, RunnerToken, Tool, ToolVersion
+from .models import (
+    Attempt,
+    Event,
+    Notice,
+    NoticeDelivery,
+    Operation,
+    Run,
+    Runner,
+    RunnerToken,
+    Tool,
+    ToolVersion,
+)
 
 
 def _people_permission_choices() -> list[tuple[str, str]]:
@@ -206,3 +217,18 @@ class EventAdmin(ReadOnlyAdmin):
     list_display = ["id", "stream", "seq", "kind", "from_status", "to_status", "actor", "at"]
     list_filter = ["kind"]
     search_fields = ["stream", "actor"]
+
+
+@admin.register(Notice)
+class NoticeAdmin(ReadOnlyAdmin):
+    list_display = ["id", "kind", "request", "resolution", "created_at", "fanned_out_at"]
+    list_filter = ["kind"]
+
+
+@admin.register(NoticeDelivery)
+class NoticeDeliveryAdmin(ReadOnlyAdmin):
+    """Where each notice went and what came of it: ``last_error`` holds what the mail
+    server or Slack said (``not_in_channel``: invite the app to the channel)."""
+
+    list_display = ["notice", "channel", "address", "status", "attempts", "last_error"]
+    list_filter = ["channel", "status"]

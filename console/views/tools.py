@@ -39,7 +39,11 @@ def tools_list(request: AuthenticatedHttpRequest) -> HttpResponse:
     )
     held = access.tool_permissions_held(user, tools)
     rows = [{"tool": tool, "perms": held[tool.name]} for tool in tools]
-    return render(request, "console/tools.html", {"rows": rows})
+    return render(
+        request,
+        "console/tools.html",
+        {"rows": rows, "may_see_groups": access.may_manage_tool_permissions(user)},
+    )
 
 
 def _version(versions: list[ToolVersion], number: Any) -> ToolVersion | None:
