@@ -124,13 +124,18 @@ class SessionTimeoutMiddleware:
         user = getattr(request, "user", None)
         if user is not None and user.is_authenticated and hasattr(request, "session"):
             reason = security.session_expiry(request.session)
+            if reason is None and security.session_password_refused(request.session, user):
+                reason = "password"
             if reason is not None:
                 logout(request)
                 messages.info(
                     request,
-                    "You were signed out after a period of inactivity."
-                    if reason == "idle"
-                    else "Your session reached its maximum length; sign in again.",
+                    {
+                        "idle": "You were signed out after a period of inactivity.",
+                        "absolute": "Your session reached its maximum length; sign in again.",
+                        "password": "Password sign-in is now for superusers only: sign in "
+                        "through single sign-on.",
+                    }[reason],
                 )
                 if request.htmx:
                     back = request.htmx.current_url_abs_path or request.get_full_path()

@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
+from django.contrib.auth import BACKEND_SESSION_KEY, get_user_model
 from django.contrib.sessions.models import Session
 from django.utils import timezone
 
@@ -76,6 +76,18 @@ def session_expiry(session: Any, *, now: float | None = None) -> str | None:
     if now - session.get(SEEN_AT, session[SIGNED_IN_AT]) >= settings.SESSION_IDLE_TIMEOUT_S:
         return "idle"
     return None
+
+
+SSO_BACKEND = "console.sso.OIDCBackend"
+
+
+def session_password_refused(session: Any, user: Person) -> bool:
+    """Whether a session signed in with a password that ``PASSWORD_LOGIN=superusers`` no
+    longer allows: a non-superuser's from before the setting changed ends at its next
+    request, not at its timeout."""
+    if settings.PASSWORD_LOGIN != "superusers" or user.is_superuser:
+        return False
+    return session.get(BACKEND_SESSION_KEY) != SSO_BACKEND
 
 
 def session_touch(session: Any, *, now: float | None = None) -> None:

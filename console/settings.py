@@ -561,7 +561,9 @@ PGTRIGGER_INSTALL_ON_MIGRATE = True
 # Single sign-on with OpenID Connect (console/sso.py, docs/deployment.md). Off unless
 # OIDC_ISSUER is set. The provider's endpoints come from its discovery document
 # (<issuer>/.well-known/openid-configuration), read by the server at first use.
-OIDC_ISSUER = os.environ.get("OIDC_ISSUER", "").strip().rstrip("/")
+# Exactly the provider's ``issuer``, a trailing "/" included where it has one (Auth0's):
+# the ID tokens' ``iss`` must equal it.
+OIDC_ISSUER = os.environ.get("OIDC_ISSUER", "").strip()
 
 
 def _oidc_issuer_allowed(issuer: str) -> bool:

@@ -11,6 +11,7 @@ there is no person), like the sign-ins themselves (console/signals.py). docs/dep
 """
 
 import hashlib
+import json
 import logging
 import threading
 from typing import Any
@@ -73,6 +74,10 @@ _discovered: dict[str, dict[str, Any]] = {}
 _discovery_lock = threading.Lock()
 
 
+# A discovery document is a few kilobytes; a provider's answer is read no further.
+MAX_DISCOVERY_BYTES = 256 * 1024
+
+
 def discovery() -> dict[str, Any]:
     """The issuer's OpenID configuration, fetched at first use and kept for the process.
 
@@ -84,10 +89,20 @@ def discovery() -> dict[str, Any]:
         raise ImproperlyConfigured("OIDC_ISSUER is not set.")
     with _discovery_lock:
         if issuer not in _discovered:
-            url = f"{issuer}/.well-known/openid-configuration"
-            response = httpx.get(url, timeout=settings.OIDC_TIMEOUT_S, follow_redirects=False)
-            response.raise_for_status()
-            document = response.json()
+            url = f"{issuer.rstrip('/')}/.well-known/openid-configuration"
+            body = b""
+            with httpx.stream(
+                "GET", url, timeout=settings.OIDC_TIMEOUT_S, follow_redirects=False
+            ) as response:
+                response.raise_for_status()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > MAX_DISCOVERY_BYTES:
+                        raise ImproperlyConfigured(
+                            f"The discovery document at {url} is larger than "
+                            f"{MAX_DISCOVERY_BYTES} bytes."
+                        )
+            document = json.loads(body)
             if not isinstance(document, dict) or document.get("issuer") != issuer:
                 raise ImproperlyConfigured(
                     f"The discovery document at {url} does not name the issuer {issuer}."

@@ -2,10 +2,15 @@
 sign-in for superusers only, and everything off while OIDC_ISSUER is unset. The redirect
 flow itself runs against a real provider in tests/browser/test_single_sign_on.py."""
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.core.exceptions import ImproperlyConfigured
+from django.test import Client
 
 from console import settings as console_settings
 from console import sso
@@ -146,3 +151,75 @@ def test_a_callback_no_sign_in_started_writes_nothing_and_signs_nobody_out(clien
     assert answer.status_code == 302
     assert Event.objects.count() == before
     assert client.get("/account/").status_code == 200  # still signed in
+
+
+class _Discovery(BaseHTTPRequestHandler):
+    """A provider's discovery document; ``body`` is what it answers with."""
+
+    body = b"{}"
+    paths: list = []
+
+    def do_GET(self):
+        self.paths.append(self.path)
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args):
+        pass
+
+
+def _serve_discovery(body: bytes):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Discovery)
+    _Discovery.body, _Discovery.paths = body, []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def test_an_issuer_that_ends_in_a_slash_is_kept_exactly(settings):
+    """Auth0's issuer is "https://tenant.auth0.com/": its tokens' iss ends in "/"."""
+    server = _serve_discovery(b"")
+    issuer = f"http://127.0.0.1:{server.server_port}/tenant/"
+    _Discovery.body = json.dumps({"issuer": issuer, "jwks_uri": issuer + "jwks"}).encode()
+    settings.OIDC_ISSUER = issuer
+    sso._discovered.clear()
+    try:
+        assert sso.discovery()["issuer"] == issuer
+    finally:
+        server.shutdown()
+        sso._discovered.clear()
+    assert _Discovery.paths == ["/tenant/.well-known/openid-configuration"]
+
+
+def test_a_discovery_document_too_large_is_refused_unread(settings):
+    server = _serve_discovery(b" " * (sso.MAX_DISCOVERY_BYTES + 1) + b"{}")
+    settings.OIDC_ISSUER = f"http://127.0.0.1:{server.server_port}"
+    sso._discovered.clear()
+    try:
+        with pytest.raises(ImproperlyConfigured, match="larger than"):
+            sso.discovery()
+    finally:
+        server.shutdown()
+        sso._discovered.clear()
+
+
+@pytest.mark.django_db
+def test_a_password_session_from_before_superusers_only_ends_at_its_next_request(client, settings):
+    erin = get_user_model().objects.create_user("erin", password=PASSWORD)
+    root = get_user_model().objects.create_superuser("root", password=PASSWORD)
+    assert client.post("/login/", {"username": "erin", "password": PASSWORD}).status_code == 302
+    assert client.get("/").status_code == 200
+    settings.PASSWORD_LOGIN = "superusers"
+    response = client.get("/", follow=True)
+    assert response.redirect_chain[-1][0].startswith("/login/")
+    assert b"Password sign-in is now for superusers only" in response.content
+    assert "_auth_user_id" not in client.session
+    # A superuser's password session goes on; so does a session from single sign-on.
+    other = Client()
+    assert other.post("/login/", {"username": "root", "password": PASSWORD}).status_code == 302
+    assert other.get("/").status_code == 200
+    sso_client = Client()
+    sso_client.force_login(erin, backend="console.sso.OIDCBackend")
+    assert sso_client.get("/").status_code == 200
+    assert root.is_superuser
