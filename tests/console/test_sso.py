@@ -223,3 +223,48 @@ def test_a_password_session_from_before_superusers_only_ends_at_its_next_request
     sso_client.force_login(erin, backend="console.sso.OIDCBackend")
     assert sso_client.get("/").status_code == 200
     assert root.is_superuser
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_first_sign_ins_of_one_account_at_once_make_one_person(settings):
+    """Real concurrent sign-ins on the database: the second meets the first's link and
+    signs in through it, and no second person is left behind."""
+    from django.db import connection
+    from django.test import RequestFactory
+
+    if connection.vendor != "postgresql":
+        pytest.skip("concurrency is proven on PostgreSQL (SQLite serializes writers)")
+    settings.OIDC_ISSUER = "https://login.example.com"
+    settings.OIDC_CREATE_USERS = True
+    claims = {
+        "sub": "race-1",
+        "email": "ria@example.com",
+        "email_verified": True,
+        "preferred_username": "ria",
+    }
+    barrier = threading.Barrier(4)
+    people, failures = [], []
+
+    def sign_in():
+        request = RequestFactory().get("/oidc/callback/")
+        barrier.wait()
+        try:
+            people.append(
+                sso.identity_sign_in(request=request, issuer=settings.OIDC_ISSUER, claims=claims)
+            )
+        except Exception as exc:
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=sign_in) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []
+    assert len({person.pk for person in people}) == 1
+    assert get_user_model().objects.filter(email="ria@example.com").count() == 1
+    from approvals.models import ExternalIdentity
+
+    assert ExternalIdentity.objects.filter(subject="race-1").count() == 1
