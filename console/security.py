@@ -85,7 +85,7 @@ def session_password_refused(session: Any, user: Person) -> bool:
     """Whether a session signed in with a password that ``PASSWORD_LOGIN=superusers`` no
     longer allows: a non-superuser's from before the setting changed ends at its next
     request, not at its timeout."""
-    if settings.PASSWORD_LOGIN != "superusers" or user.is_superuser:
+    if settings.PASSWORD_LOGIN != "superusers" or user.is_superuser:  # noqa: S105 (a mode)
         return False
     return session.get(BACKEND_SESSION_KEY) != SSO_BACKEND
 

@@ -429,6 +429,9 @@ EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
 EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
 EMAIL_USE_TLS = _env_bool("EMAIL_USE_TLS", False)
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "effectgate@localhost")
+# Well under a notice delivery's lease (60 s): a mail server that hangs never makes a
+# second dispatcher send the same mail.
+EMAIL_TIMEOUT = float(os.environ.get("EMAIL_TIMEOUT", "10"))
 CONSOLE_BASE_URL = os.environ.get("CONSOLE_BASE_URL", "http://127.0.0.1:8000")
 
 # Which new contract versions wait for a person although the strength proof would let
@@ -675,8 +678,14 @@ if urlsplit(SLACK_API_URL).scheme not in ("https", "http"):
     raise ImproperlyConfigured(f"SLACK_API_URL: {SLACK_API_URL!r} is not an http(s) URL")
 # The channel a tool's requests go to when neither the tool nor a deciding group has one.
 SLACK_APPROVALS_CHANNEL = os.environ.get("SLACK_APPROVALS_CHANNEL", "").strip()
-# The workspace (T...) whose interactions are taken; empty: any that signs with the secret.
+# The workspace (T...) whose interactions are taken, and whose full members alone may
+# link their accounts: required with the signing secret (a channel shared with another
+# organisation carries clicks of that organisation's people, signed alike).
 SLACK_TEAM_ID = os.environ.get("SLACK_TEAM_ID", "").strip()
+if SLACK_SIGNING_SECRET and not SLACK_TEAM_ID:
+    raise ImproperlyConfigured(
+        "SLACK_TEAM_ID: set it to your workspace's id (T...) with SLACK_SIGNING_SECRET"
+    )
 # Link a Slack person to the person here whose email Slack says is confirmed, when
 # exactly one active person (not a superuser, not staff) has it.
 SLACK_LINK_BY_VERIFIED_EMAIL = _env_bool("SLACK_LINK_BY_VERIFIED_EMAIL", False)

@@ -25,6 +25,7 @@ update goes out from the notices after commit.
 
 import logging
 import re
+import secrets
 import time
 from typing import Any
 from urllib.parse import parse_qs
@@ -78,8 +79,8 @@ def _untrusted_record(request: HttpRequest, refusal: str) -> None:
     cache.add(bucket, 0, timeout=120)
     try:
         count = cache.incr(bucket)
-    except ValueError:
-        count = 1
+    except ValueError:  # the bucket is gone (culled): count it as over, never as free
+        return
     if count > REFUSALS_RECORDED_PER_MINUTE:
         return
     services.slack_request_refused(
@@ -98,20 +99,27 @@ def _verified_payload(request: HttpRequest) -> dict[str, Any]:
         raise Untrusted("bad_timestamp", "No request timestamp.")
     if abs(time.time() - int(stamp)) > WINDOW_S:
         raise Untrusted("old_timestamp", "The request timestamp is not within five minutes.")
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise Untrusted("malformed", "The body is not UTF-8.") from exc
     verifier = SignatureVerifier(settings.SLACK_SIGNING_SECRET)
-    if not signature.isascii() or not verifier.is_valid(body, stamp, signature):
+    if not signature.isascii() or not verifier.is_valid(text, stamp, signature):
         raise Untrusted("bad_signature", "The signature is not Slack's.")
     try:
-        form = parse_qs(body.decode("utf-8"), max_num_fields=4, strict_parsing=False)
+        form = parse_qs(text, max_num_fields=4, strict_parsing=False)
         payload = loads_strict(form["payload"][0])
-    except (UnicodeDecodeError, KeyError, ValueError, IndexError, errors.DomainError) as exc:
+    except (KeyError, ValueError, IndexError, errors.DomainError) as exc:
         raise Untrusted("malformed", "The body is not an interaction payload.") from exc
     if not isinstance(payload, dict):
         raise Untrusted("malformed", "The body is not an interaction payload.")
-    team = _text(_dict(payload.get("team")).get("id")) or _text(
-        _dict(payload.get("user")).get("team_id")
-    )
-    if settings.SLACK_TEAM_ID and team != settings.SLACK_TEAM_ID:
+    # Both the workspace the click came from and the person's own: in a channel shared
+    # with another organisation (Slack Connect) the first is ours, the second theirs.
+    teams = {
+        _text(_dict(payload.get("team")).get("id")),
+        _text(_dict(payload.get("user")).get("team_id")),
+    } - {""}
+    if teams != {settings.SLACK_TEAM_ID}:
         raise Untrusted("other_workspace", "The interaction is from another workspace.")
     return payload
 
@@ -154,22 +162,45 @@ def _person(slack_user: str) -> Person | None:
     return person
 
 
+def confirmed_email(profile: dict[str, Any] | None) -> str:
+    """The email of a Slack profile when Slack says it is confirmed and the account is a
+    full member of this workspace (no guest, no stranger from a shared channel, no bot,
+    not deactivated): lower-cased ASCII, else ""."""
+    if not profile or profile.get("team_id") != settings.SLACK_TEAM_ID:
+        return ""
+    if any(
+        profile.get(flag)
+        for flag in ("deleted", "is_bot", "is_stranger", "is_restricted", "is_ultra_restricted")
+    ):
+        return ""
+    if profile.get("is_email_confirmed") is not True:
+        return ""
+    email = _text(_dict(profile.get("profile")).get("email"), 254).strip()
+    if not email.isascii() or email.count("@") != 1:
+        return ""
+    return email.lower()
+
+
+def same_email(person: Person, email: str) -> bool:
+    """Exactly the same address, compared as lower-cased ASCII (no database collation
+    folds a dotless i (U+0131) into an i here)."""
+    mine = (person.email or "").strip()
+    return bool(email) and mine.isascii() and mine.lower() == email
+
+
 def _link_by_email(slack_user: str) -> Person | None:
     """Link by the email Slack says is confirmed, to the one active person (neither a
     superuser nor staff) who has it and no other Slack account."""
-    profile = slack.profile(slack_user)
-    if not profile or profile.get("deleted") or profile.get("is_bot"):
+    email = confirmed_email(slack.profile(slack_user))
+    if not email:
         return None
-    if profile.get("is_email_confirmed") is not True:
-        return None
-    email = _text(_dict(profile.get("profile")).get("email"), 254).strip()
-    if not email or "@" not in email:
-        return None
-    people = list(
-        get_user_model().objects.filter(
+    people = [
+        person
+        for person in get_user_model().objects.filter(
             email__iexact=email, is_active=True, is_superuser=False, is_staff=False
-        )[:2]
-    )
+        )[:3]
+        if same_email(person, email)
+    ]
     if len(people) != 1 or read.slack_accounts([people[0].pk]):
         return None
     try:
@@ -193,30 +224,42 @@ def _refuse(
     user: Person | None,
     refusal: str,
     detail: str,
-    tell: bool = True,
+    tell: bool | str = True,
 ) -> None:
-    """Record the refusal (its only write) and tell the person why, privately."""
-    recorded = services.slack_decision_refused(
-        request_id=request_id, slack_user_id=slack_user, user=user, refusal=refusal, detail=detail
-    )
-    if not recorded:
-        services.slack_request_refused(
-            refusal=refusal, data={"approval": request_id[:60], "slack_user": slack_user}
+    """Record the refusal (its only write; once a minute per Slack person and request, so
+    pressing a button again and again does not fill the operation's history) and tell
+    the person why, privately. ``detail`` goes into the ledger: never a credential."""
+    if cache.add(f"effectgate:slack-refusal:{slack_user}:{request_id}", 1, timeout=60):
+        recorded = services.slack_decision_refused(
+            request_id=request_id,
+            slack_user_id=slack_user,
+            user=user,
+            refusal=refusal,
+            detail=detail,
         )
+        if not recorded:
+            services.slack_request_refused(
+                refusal=refusal, data={"approval": request_id[:60], "slack_user": slack_user}
+            )
     channel = _text(_dict(payload.get("channel")).get("id"), 40) or _text(
         _dict(payload.get("container")).get("channel_id"), 40
     )
     if tell and channel and slack_user:
-        slack.ephemeral(channel=channel, user=slack_user, text=f"Nothing was decided. {detail}")
+        text = tell if isinstance(tell, str) else detail
+        slack.ephemeral(channel=channel, user=slack_user, text=f"Nothing was decided. {text}")
 
 
-def _unlinked_detail(slack_user: str) -> str:
-    token = signing.dumps({"slack_user": slack_user}, salt=LINK_SALT)
-    link = read.console_link(reverse("console:slack-link") + f"?token={token}")
-    return (
-        "Your Slack account is not linked to a person in Effectgate. Open this link, "
-        f"signed in as yourself, to link it (it works for ten minutes): {link}"
+UNLINKED = "Your Slack account is not linked to a person in Effectgate."
+
+
+def _link_offer(slack_user: str) -> str:
+    """What an unlinked person is told, privately: a link to their console page that
+    links this Slack account, once, within ten minutes. Never recorded anywhere."""
+    token = signing.dumps(
+        {"slack_user": slack_user, "nonce": secrets.token_urlsafe(12)}, salt=LINK_SALT
     )
+    link = read.console_link(reverse("console:slack-link") + f"?token={token}")
+    return f"{UNLINKED} Open this link, signed in as yourself, to link it: {link}"
 
 
 def _button(payload: dict[str, Any]) -> HttpResponse:
@@ -248,7 +291,8 @@ def _button(payload: dict[str, Any]) -> HttpResponse:
             slack_user=slack_user,
             user=None,
             refusal="unlinked",
-            detail=_unlinked_detail(slack_user),
+            detail=UNLINKED,
+            tell=_link_offer(slack_user),
         )
         return HttpResponse(status=200)
     if action_id == slack.APPROVE:
@@ -332,7 +376,7 @@ def _reject_submitted(payload: dict[str, Any]) -> HttpResponse:
         _dict(_dict(values.get(slack.REASON_BLOCK)).get(slack.REASON_ACTION)).get("value"), 2000
     ).strip()
     if not reason:
-        return _modal_error("Write why: the agent's runner receives the reason.")
+        return _modal_error(None, "Write why: the agent's runner receives the reason.")
     key = services.slack_interaction_key(
         "view_submission",
         slack_user,
@@ -341,20 +385,21 @@ def _reject_submitted(payload: dict[str, Any]) -> HttpResponse:
         reason,
     )
     if not services.slack_interaction_first(key=key, now=_now()):
-        return HttpResponse(status=200)
+        # Slack's retry, or the same reason submitted again: the same answer as before.
+        answer = read.slack_interaction_answer(key)
+        return JsonResponse(answer) if answer else HttpResponse(status=200)
     person = _person(slack_user)
     if person is None:
-        detail = _unlinked_detail(slack_user)
         _refuse(
             payload=payload,
             request_id=request_id,
             slack_user=slack_user,
             user=None,
             refusal="unlinked",
-            detail=detail,
-            tell=False,
+            detail=UNLINKED,
+            tell=_link_offer(slack_user),
         )
-        return _modal_error(detail)
+        return _modal_error(key, f"{UNLINKED} Effectgate sent you a link to link it.")
     try:
         services.approval_decide(
             request_id=request_id,
@@ -376,12 +421,17 @@ def _reject_submitted(payload: dict[str, Any]) -> HttpResponse:
             detail=detail,
             tell=False,
         )
-        return _modal_error(f"Nothing was decided. {detail}")
+        return _modal_error(key, f"Nothing was decided. {detail}")
     return HttpResponse(status=200)
 
 
-def _modal_error(text: str) -> JsonResponse:
-    return JsonResponse({"response_action": "errors", "errors": {slack.REASON_BLOCK: text[:300]}})
+def _modal_error(key: str | None, text: str) -> JsonResponse:
+    """The modal's answer that shows ``text`` under the reason (and keeps it open);
+    remembered under ``key`` so a retry gets it too."""
+    answer = {"response_action": "errors", "errors": {slack.REASON_BLOCK: text[:300]}}
+    if key is not None:
+        services.slack_interaction_answered(key=key, answer=answer)
+    return JsonResponse(answer)
 
 
 def _now() -> Any:
@@ -391,34 +441,77 @@ def _now() -> Any:
 # --- linking, from the person's own page ---------------------------------------------------
 
 
-def _link_token(token: str) -> str | None:
+def _link_token(token: str) -> tuple[str, str] | None:
+    """The Slack account and the one-use nonce a link token carries, when it is ours and
+    at most ``LINK_MAX_AGE_S`` old."""
     try:
         data = signing.loads(token, salt=LINK_SALT, max_age=LINK_MAX_AGE_S)
     except signing.BadSignature:
         return None
-    slack_user = data.get("slack_user") if isinstance(data, dict) else None
-    return slack_user if isinstance(slack_user, str) and SLACK_ID.fullmatch(slack_user) else None
+    if not isinstance(data, dict):
+        return None
+    slack_user, nonce = data.get("slack_user"), data.get("nonce")
+    if not (isinstance(slack_user, str) and SLACK_ID.fullmatch(slack_user)):
+        return None
+    if not (isinstance(nonce, str) and 8 <= len(nonce) <= 40):
+        return None
+    return slack_user, nonce
+
+
+def _link_refusal(user: Person, email: str) -> str | None:
+    """Why the signed-in person may not link the Slack account whose confirmed email is
+    ``email`` from their page (an operator still may, with ``effectgate slack link``)."""
+    if not email:
+        return (
+            "Slack does not say this account's email is confirmed, or the account is a "
+            "guest or from another workspace: ask an operator to link it."
+        )
+    if not same_email(user, email):
+        return (
+            "This Slack account's email is not yours here: it is not your account. Open "
+            "the link Slack showed you, signed in as yourself, or ask an operator."
+        )
+    if read.slack_accounts([user.pk]):
+        return "Another Slack account is linked to you: unlink it first."
+    return None
 
 
 @login_required
 def link(request: AuthenticatedHttpRequest) -> HttpResponse:
-    """The link Slack gave an unlinked person: GET shows whom it links, POST links it."""
+    """The link Slack gave an unlinked person: GET shows whom it links, POST links it.
+
+    Only the person whose email Slack confirms for that account links it here, once:
+    a link passed on to someone else (to make their decisions come from the sender's
+    Slack) links nothing, and nor does a link used before."""
     token = (request.POST.get("token") or request.GET.get("token") or "")[:500]
-    slack_user = _link_token(token)
-    if slack_user is None:
+    found = _link_token(token)
+    if found is None:
         messages.error(
             request,
             "This Slack link is not valid or is older than ten minutes: press the button in "
             "Slack again for a new one.",
         )
         return redirect("console:account")
+    slack_user, nonce = found
+    profile = slack.profile(slack_user)
+    email = confirmed_email(profile)
+    refusal = _link_refusal(request.user, email)
     if request.method == "POST":
+        if refusal is None and not cache.add(
+            f"effectgate:slack-link-used:{nonce}", 1, timeout=LINK_MAX_AGE_S + 60
+        ):
+            refusal = "This Slack link was used already: press the button in Slack again."
+        if refusal is not None:
+            messages.error(request, f"Not linked. {refusal}")
+            return redirect("console:account")
         try:
             services.slack_link(
                 user=request.user,
                 slack_user_id=slack_user,
                 actor=Actor.of_user(request.user),
                 via="console",
+                email=email,
+                replace=False,
             )
         except ValueError as exc:
             messages.error(request, f"Not linked. {exc}")
@@ -427,7 +520,18 @@ def link(request: AuthenticatedHttpRequest) -> HttpResponse:
                 request, f"Your Slack account {slack_user} is linked: its buttons decide as you."
             )
         return redirect("console:account")
-    return render(request, "console/slack_link.html", {"slack_user": slack_user, "token": token})
+    names = _dict((profile or {}).get("profile"))
+    return render(
+        request,
+        "console/slack_link.html",
+        {
+            "slack_user": slack_user,
+            "slack_name": _text(names.get("real_name") or (profile or {}).get("real_name"), 120),
+            "slack_email": email,
+            "refusal": refusal,
+            "token": token,
+        },
+    )
 
 
 @require_POST

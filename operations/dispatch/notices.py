@@ -142,6 +142,14 @@ def _confirmation_text(resolution: Resolution) -> tuple[str, str]:
     return subject, body
 
 
+def _still_for(delivery: NoticeDelivery) -> bool:
+    """A personal delivery goes only to someone who is still to be told: a retry hours
+    later does not reach a person who lost the permission meanwhile, or decided."""
+    if delivery.user_id is None:
+        return True
+    return any(user.pk == delivery.user_id for user in read.people_told(delivery.notice))
+
+
 def _still_to_tell(notice: Notice) -> bool:
     """A personal notice is told only while there is something to do about it."""
     if notice.kind == Kind.CONFIRMATION_NEEDED:
@@ -164,7 +172,7 @@ def _words(notice: Notice) -> tuple[str, str] | None:
 
 def send_mail_delivery(delivery: NoticeDelivery) -> Sent:
     notice = delivery.notice
-    if not _still_to_tell(notice):
+    if not _still_to_tell(notice) or not _still_for(delivery):
         return Sent("skipped")
     words = _words(notice)
     if words is None:
@@ -187,7 +195,7 @@ def send_slack(delivery: NoticeDelivery) -> Sent:
     """A request's message to a channel or a person's direct messages (remembered, to be
     updated); for a reminder or a four-eyes request, a plain message."""
     notice = delivery.notice
-    if not _still_to_tell(notice) and notice.kind != Kind.REQUEST_ESCALATED:
+    if not _still_to_tell(notice) or not _still_for(delivery):
         return Sent("skipped")
     try:
         if notice.kind in (Kind.REQUEST_OPENED, Kind.REQUEST_ESCALATED):
@@ -317,7 +325,7 @@ def fan_out_due(*, now: datetime, limit: int) -> int:
     return written
 
 
-def deliver_one(delivery_id: int) -> str:
+def deliver_one(delivery_id: int, claim: datetime) -> str:
     delivery = NoticeDelivery.objects.select_related("notice").get(pk=delivery_id)
     send = CHANNELS.get(delivery.channel)
     try:
@@ -327,6 +335,7 @@ def deliver_one(delivery_id: int) -> str:
         sent = Sent("retry", type(exc).__name__)
     return services.notice_delivery_finish(
         delivery_id=delivery_id,
+        claim=claim,
         outcome=sent.outcome,
         error=sent.error,
         retry_after=sent.retry_after,
@@ -344,9 +353,10 @@ def deliver_due(*, now: datetime | None = None, limit: int = 100) -> NoticeRepor
         .values_list("pk", "next_attempt_at")[:limit]
     )
     for delivery_id, due_at in due:
-        if not services.notice_delivery_claim(delivery_id=delivery_id, due_at=due_at, now=now):
+        claim = services.notice_delivery_claim(delivery_id=delivery_id, due_at=due_at, now=now)
+        if claim is None:
             continue
-        status = deliver_one(delivery_id)
+        status = deliver_one(delivery_id, claim)
         report.sent += 1
         report.delivered += status == DeliveryStatus.DELIVERED
         report.failed += status == DeliveryStatus.FAILED

@@ -13,6 +13,7 @@ in the tests) with ``SLACK_BOT_TOKEN``, never logged; each call waits at most
 ``SLACK_TIMEOUT_S``.
 """
 
+import re
 from typing import Any
 
 from django.conf import settings
@@ -58,10 +59,22 @@ def client() -> WebClient:
     )
 
 
+ENTITY = re.compile(r"&[a-z]{0,3}$")
+
+
 def escape(text: str, limit: int = TEXT_MAX) -> str:
-    """Text for mrkdwn: Slack's three control characters escaped, cut to ``limit``."""
-    cut = text if len(text) <= limit else text[: limit - 1] + "…"
-    return cut.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    """Text for mrkdwn: Slack's three control characters escaped, then cut to ``limit``
+    characters without splitting an escape (escaping may make text four times longer)."""
+    escaped = text[: limit * 4].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    if len(escaped) <= limit:
+        return escaped
+    return ENTITY.sub("", escaped[: limit - 1]) + "…"
+
+
+def _mrkdwn(text: str) -> dict[str, Any]:
+    """A mrkdwn text object whose text Slack does not parse further (``verbatim``: no
+    mention, channel or link is made of what a runner wrote)."""
+    return {"type": "mrkdwn", "text": text or " ", "verbatim": True}
 
 
 def _plain(text: str, limit: int) -> dict[str, Any]:
@@ -95,8 +108,9 @@ def headline(view: RequestView) -> str:
 
 
 def fallback_text(view: RequestView) -> str:
-    """The notification's plain text (what Slack shows where blocks are not shown)."""
-    return f"{headline(view)}: {view.summary}"[:TEXT_MAX]
+    """The notification's text (what Slack shows where blocks are not shown), escaped:
+    Slack reads it as mrkdwn."""
+    return escape(f"{headline(view)}: {view.summary}")
 
 
 def _approvals_line(view: RequestView) -> str:
@@ -129,35 +143,29 @@ def blocks(view: RequestView) -> list[dict[str, Any]]:
     ]
     out: list[dict[str, Any]] = [
         {"type": "header", "text": _plain(headline(view), HEADER_MAX)},
-        {"type": "section", "text": {"type": "mrkdwn", "text": escape(view.summary) or " "}},
-        {
-            "type": "section",
-            "fields": [{"type": "mrkdwn", "text": text} for text in fields if text][:10],
-        },
+        {"type": "section", "text": _mrkdwn(escape(view.summary))},
+        {"type": "section", "fields": [_mrkdwn(text) for text in fields if text][:10]},
     ]
     if view.reasons:
         why = "\n".join(f"• {escape(reason, 500)}" for reason in view.reasons[:8])
         out.append(
             {
                 "type": "section",
-                "text": {"type": "mrkdwn", "text": f"*Why you are asked*\n{why}"[:TEXT_MAX]},
+                "text": _mrkdwn(f"*Why you are asked*\n{why}"[:TEXT_MAX]),
             }
         )
     if view.decided:
         out.append(
             {
                 "type": "section",
-                "text": {"type": "mrkdwn", "text": f"*Decided*\n{_decided_lines(view)}"[:TEXT_MAX]},
+                "text": _mrkdwn(f"*Decided*\n{_decided_lines(view)}"[:TEXT_MAX]),
             }
         )
     out.append(
         {
             "type": "context",
             "elements": [
-                {
-                    "type": "mrkdwn",
-                    "text": escape(f"{view.tool} · {view.effect_class} · {view.operation_id}", 300),
-                }
+                _mrkdwn(escape(f"{view.tool} · {view.effect_class} · {view.operation_id}", 300))
             ],
         }
     )
@@ -220,7 +228,7 @@ def reject_modal(view: RequestView) -> dict[str, Any]:
         "submit": _plain("Reject", 24),
         "close": _plain("Cancel", 24),
         "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": escape(view.summary) or " "}},
+            {"type": "section", "text": _mrkdwn(escape(view.summary))},
             {
                 "type": "input",
                 "block_id": REASON_BLOCK,

@@ -28,8 +28,6 @@ class Notice(models.Model):
         REQUEST_CHANGED = "request_changed"
         REQUEST_REMINDER = "request_reminder"
         CONFIRMATION_NEEDED = "confirmation_needed"
-        # An answer to one Slack person who pressed a button (why it was refused).
-        SLACK_REPLY = "slack_reply"
 
     id = models.CharField(
         primary_key=True, max_length=40, default=partial(new_id, "ntc"), editable=False
@@ -138,6 +136,8 @@ class SlackInteraction(models.Model):
 
     key = models.CharField(primary_key=True, max_length=64)
     received_at = models.DateTimeField()
+    # What was answered (a modal's errors): a retry gets the same answer.
+    answer = models.JSONField(default=dict)
 
     class Meta:
         indexes = [models.Index(fields=["received_at"], name="slack_interaction_received")]
@@ -155,7 +155,8 @@ class NotificationRoute(models.Model):
     group = models.OneToOneField(
         "auth.Group", null=True, on_delete=models.CASCADE, related_name="notification_route"
     )
-    slack_channel = models.CharField(max_length=40)
+    # A channel's name or id; ``-`` keeps the tool's requests out of Slack.
+    slack_channel = models.CharField(max_length=80)
 
     class Meta:
         constraints = [

@@ -21,7 +21,14 @@ from approvals.policy import is_missing, resolve_pointer
 
 from .. import access
 from ..contracts import display, explain
-from ..models import Notice, NotificationPreference, NotificationRoute, Resolution, Tool
+from ..models import (
+    Notice,
+    NotificationPreference,
+    NotificationRoute,
+    Resolution,
+    SlackInteraction,
+    Tool,
+)
 
 Kind = Notice.Kind
 
@@ -43,6 +50,8 @@ DEFAULT_CHANNELS = ("mail",)
 # The issuer a Slack account is linked under (``ExternalIdentity``): Slack's member ids
 # are unique across workspaces, and ``SLACK_TEAM_ID`` keeps one installation to one.
 SLACK_ISSUER = "slack"
+# A route to this channel keeps a tool's (or a group's) requests out of Slack.
+NO_CHANNEL = "-"
 
 
 @dataclass(frozen=True)
@@ -200,7 +209,9 @@ def slack_channels_for(request: ApprovalRequest, *, escalated: bool) -> list[str
     also goes to its group's channel."""
     if escalated:
         group_route = NotificationRoute.objects.filter(group__name=request.escalate_to).first()
-        return [group_route.slack_channel] if group_route is not None else []
+        if group_route is None or group_route.slack_channel == NO_CHANNEL:
+            return []
+        return [group_route.slack_channel]
     return slack_channels_of_tool(request.operation.tool)
 
 
@@ -228,11 +239,14 @@ def tool_route(tool: Tool) -> str:
 def slack_channels_of_tool(tool: Tool) -> list[str]:
     """Where a new request of ``tool`` would be posted (``slack_channels_for``)."""
     route = tool_route(tool)
+    if route == NO_CHANNEL:
+        return []
     if route:
         return [route]
     groups = access.deciding_groups(tool)
     channels = list(
         NotificationRoute.objects.filter(group__in=groups)
+        .exclude(slack_channel=NO_CHANNEL)
         .order_by("group__name")
         .values_list("slack_channel", flat=True)
     )
@@ -265,3 +279,9 @@ def group_rows() -> list[dict]:
         {"group": group, "members": group.members, "slack_channel": routes.get(group.pk, "")}
         for group in Group.objects.annotate(members=Count("user")).order_by("name")[:500]
     ]
+
+
+def slack_interaction_answer(key: str) -> dict:
+    """What an interaction Slack sent before was answered ({} for a plain 200)."""
+    answer = SlackInteraction.objects.filter(pk=key).values_list("answer", flat=True).first()
+    return answer if isinstance(answer, dict) else {}

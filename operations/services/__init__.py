@@ -67,6 +67,7 @@ from .runs import run_cancel, run_create
 from .saved_views import saved_view_delete, saved_view_save
 from .slack import (
     slack_decision_refused,
+    slack_interaction_answered,
     slack_interaction_first,
     slack_interaction_key,
     slack_link,
@@ -155,6 +156,7 @@ __all__ = [
     "saved_view_save",
     "slack_channel_clean",
     "slack_decision_refused",
+    "slack_interaction_answered",
     "slack_interaction_first",
     "slack_interaction_key",
     "slack_link",

@@ -170,13 +170,16 @@ def notice_fan_out(*, notice_id: str, targets: list[Target], now: datetime) -> i
     return written
 
 
-def notice_delivery_claim(*, delivery_id: int, due_at: datetime | None, now: datetime) -> bool:
-    """Take a due delivery; False when another dispatcher took it."""
-    return bool(
-        NoticeDelivery.objects.filter(
-            pk=delivery_id, status=DeliveryStatus.PENDING, next_attempt_at=due_at
-        ).update(next_attempt_at=now + LEASE, attempts=F("attempts") + 1)
-    )
+def notice_delivery_claim(
+    *, delivery_id: int, due_at: datetime | None, now: datetime
+) -> datetime | None:
+    """Take a due delivery; answers the claim (the lease's end, which the finish must
+    name), or None when another dispatcher took it."""
+    lease = now + LEASE
+    taken = NoticeDelivery.objects.filter(
+        pk=delivery_id, status=DeliveryStatus.PENDING, next_attempt_at=due_at
+    ).update(next_attempt_at=lease, attempts=F("attempts") + 1)
+    return lease if taken else None
 
 
 def _recordable(text: str) -> str:
@@ -190,6 +193,7 @@ def _recordable(text: str) -> str:
 def notice_delivery_finish(
     *,
     delivery_id: int,
+    claim: datetime,
     outcome: str,
     now: datetime,
     error: str = "",
@@ -197,11 +201,14 @@ def notice_delivery_finish(
 ) -> str:
     """Record what sending a claimed delivery came to: ``delivered``, ``skipped``,
     ``retry`` (on the schedule, or after ``retry_after``, until the schedule runs out)
-    or ``failed``. Answers the delivery's status."""
+    or ``failed``. Answers the delivery's status. A claim whose lease passed and was
+    taken again by another dispatcher records nothing: that one's answer counts."""
     with transaction.atomic():
         delivery = NoticeDelivery.objects.select_for_update().filter(pk=delivery_id).first()
         if delivery is None or delivery.status != DeliveryStatus.PENDING:
             return delivery.status if delivery else DeliveryStatus.FAILED
+        if delivery.next_attempt_at != claim:
+            return delivery.status
         delivery.last_error = _recordable(error)
         if outcome == "delivered":
             delivery.status, delivery.delivered_at = DeliveryStatus.DELIVERED, now

@@ -44,8 +44,9 @@ def preference_set(*, user: Person, channels: dict[str, list[str]]) -> dict[str,
     return preference_channels(user)
 
 
-# A Slack channel as people write it ("#finance-approvals", "finance") or its id.
-SLACK_CHANNEL = re.compile(r"#?[a-z0-9][a-z0-9_.\-]{0,79}|[CGD][A-Z0-9]{2,30}")
+# A Slack channel as people write it ("#finance-approvals", "finance") or its id; "-"
+# keeps a tool's (or a group's) requests out of Slack.
+SLACK_CHANNEL = re.compile(r"#?[a-z0-9][a-z0-9_.\-]{0,79}|[CGD][A-Z0-9]{2,30}|-")
 
 
 def slack_channel_clean(value: str) -> str:
@@ -54,7 +55,7 @@ def slack_channel_clean(value: str) -> str:
     if channel and not SLACK_CHANNEL.fullmatch(channel):
         raise ValueError(
             "A Slack channel is its name (lower case, digits, - _ .; up to 80 characters, "
-            "e.g. #finance-approvals) or its id (e.g. C0123ABCD)."
+            "e.g. #finance-approvals) or its id (e.g. C0123ABCD); - for none."
         )
     return channel.removeprefix("#") if channel[:1] == "#" else channel
 

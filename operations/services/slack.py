@@ -27,11 +27,18 @@ STREAM = "slack"
 
 
 def slack_link(
-    *, user: Person, slack_user_id: str, actor: Actor, via: str, email: str = ""
+    *,
+    user: Person,
+    slack_user_id: str,
+    actor: Actor,
+    via: str,
+    email: str = "",
+    replace: bool = True,
 ) -> None:
     """Link ``user`` to the Slack account ``slack_user_id`` (replacing their previous
-    one); ValueError when that account is another person's. Audited on the person's
-    stream, with how the link was proven (``via``: ``console``, ``operator``, ``email``)."""
+    one unless ``replace`` is off); ValueError when that account is another person's.
+    Audited on the person's stream, with how the link was proven (``via``: ``console``,
+    ``operator``, ``email``)."""
     with transaction.atomic():
         get_user_model().objects.select_for_update().filter(pk=user.pk).exists()
         taken = ExternalIdentity.objects.filter(issuer=SLACK_ISSUER, subject=slack_user_id)
@@ -40,6 +47,8 @@ def slack_link(
         if taken.exists():
             return
         before = ExternalIdentity.objects.filter(issuer=SLACK_ISSUER, user=user).first()
+        if before is not None and not replace:
+            raise ValueError("Another Slack account is linked to you: unlink it first.")
         if before is not None:
             before.delete()
         try:
@@ -89,6 +98,11 @@ def slack_interaction_first(*, key: str, now: datetime) -> bool:
     """Whether this is the first time Slack sent this interaction (a retry is not)."""
     with transaction.atomic():
         return insert_unless_conflict(SlackInteraction(key=key, received_at=now))
+
+
+def slack_interaction_answered(*, key: str, answer: dict[str, Any]) -> None:
+    """Remember what an interaction was answered, for Slack's retry of it."""
+    SlackInteraction.objects.filter(pk=key).update(answer=answer)
 
 
 def slack_decision_refused(

@@ -550,3 +550,156 @@ def test_a_channel_that_does_not_exist_fails_at_once(api, slack_on):
 
 def test_interactions_answer_404_while_slack_is_not_configured(db, client):
     assert client.post(PATH, {"payload": "{}"}).status_code == 404
+
+
+def test_the_link_offered_to_an_unlinked_person_is_never_recorded(api, slack_on, live_server):
+    """The link goes to the person privately; the ledger (which runners read) keeps only
+    the refusal."""
+    _refund_tool(api)
+    _approver(slack_on, link=False)
+    op = _pending(api)
+    _click(slack_on, live_server, _posted(slack_on, op), user="U0ANN")
+    [refusal] = Event.objects.filter(kind="slack_decision_refused")
+    assert refusal.data["refusal"] == "unlinked"
+    assert "token" not in repr(refusal.data)
+    assert "/account/slack/link" not in repr(list(Event.objects.values_list("data", flat=True)))
+    events = api.get(f"/api/v1/operations/{op['id']}/events").content.decode()
+    assert "token=" not in events
+    [told] = slack_on.ephemerals
+    assert "/account/slack/link?token=" in told.text
+
+
+def _offered_link(fake, live_server, op, user):
+    _click(fake, live_server, _posted(fake, op), user=user)
+    told = [e for e in fake.ephemerals if e.user == user][-1]
+    return re.search(r"(/account/slack/link\?token=\S+)", told.text).group(1)
+
+
+def test_a_link_passed_on_to_someone_else_links_nothing(api, slack_on, live_server):
+    """Mallory's Slack would decide as Ann if Ann followed Mallory's link: the page
+    links only the person whose email Slack confirms for the account, and only once."""
+    _refund_tool(api)
+    ann = _approver(slack_on, link=False)
+    slack_on.add_user("U0MAL", name="mallory", email="mallory@example.com")
+    op = _pending(api)
+    mallorys = _offered_link(slack_on, live_server, op, "U0MAL")
+    console = Client()
+    console.force_login(ann)
+    page = console.get(mallorys)
+    assert b"not yours" in page.content
+    token = mallorys.split("token=", 1)[1]
+    console.post("/account/slack/link", {"token": token})
+    assert not ExternalIdentity.objects.filter(issuer="slack").exists()
+    # Her own link works once; the same link again does nothing.
+    own = _offered_link(slack_on, live_server, op, "U0ANN").split("token=", 1)[1]
+    console.post("/account/slack/link", {"token": own})
+    assert ExternalIdentity.objects.get(issuer="slack").user == ann
+    services.slack_unlink(user=ann, actor=services.Actor.system("test"))
+    console.post("/account/slack/link", {"token": own})
+    assert not ExternalIdentity.objects.filter(issuer="slack").exists()
+
+
+def test_a_click_from_a_person_of_another_organisation_is_refused(api, slack_on, live_server):
+    """A channel shared with another organisation (Slack Connect): the click's workspace
+    is ours, the person's is theirs."""
+    _refund_tool(api)
+    _approver(slack_on)
+    op = _pending(api)
+    message = _posted(slack_on, op)
+    payload = slack_on.block_actions(
+        user_id="U0ANN", action_id="approve", channel=message.channel, message_ts=message.ts
+    )
+    payload["user"]["team_id"] = "TFOREIGN"
+    answer = slack_on.send_interaction(live_server.url + PATH, payload)
+    assert answer.status_code == 401
+    assert api.operation(op["id"])["status"] == "awaiting_approval"
+    [refused] = Event.objects.filter(stream="slack", kind="slack_request_refused")
+    assert refused.data["refusal"] == "other_workspace"
+
+
+def test_a_person_of_another_organisation_is_never_linked_by_email(
+    api, slack_on, settings, live_server
+):
+    settings.SLACK_LINK_BY_VERIFIED_EMAIL = True
+    _refund_tool(api)
+    _approver(slack_on, link=False, slack_id="U0UNUSED")
+    slack_on.add_user("U0EXT", name="ext", email="ann@example.com", team_id="TFOREIGN")
+    op = _pending(api)
+    answer = _click(slack_on, live_server, _posted(slack_on, op), user="U0EXT")
+    assert answer.status_code == 401  # refused at the workspace, before any lookup
+    assert slack_on.calls_to("users.info") == []
+    assert not ExternalIdentity.objects.filter(issuer="slack").exists()
+    assert api.operation(op["id"])["status"] == "awaiting_approval"
+
+
+def test_pressing_a_refused_button_again_and_again_records_one_refusal(api, slack_on, live_server):
+    _refund_tool(api)
+    _approver(slack_on, link=False)
+    op = _pending(api)
+    message = _posted(slack_on, op)
+    for _ in range(5):
+        assert _click(slack_on, live_server, message, user="U0ANN").status_code == 200
+    assert Event.objects.filter(kind="slack_decision_refused").count() == 1
+    assert len(slack_on.ephemerals) == 5  # each press is still told why
+
+
+def test_what_an_agent_wrote_can_neither_mention_a_channel_nor_forge_a_link(api, slack_on):
+    _refund_tool(api)
+    hostile = "<!channel> <https://evil.example/approve|Approve here> & " + "<" * 3000
+    api.register(
+        api.run(),
+        "refund",
+        {**ARGUMENTS, "payment_id": hostile},
+        approval={"require": True, "reason": hostile[:1990]},
+    )
+    [post] = slack_on.calls_to("chat.postMessage")
+    shown = post.args["text"] + _texts(post.args["blocks"])
+    assert "<!channel>" not in shown
+    assert "<https://evil.example" not in shown
+    assert "&lt;!channel&gt;" in post.args["text"]
+    for block in post.args["blocks"]:
+        for text in [block.get("text"), *block.get("fields", []), *block.get("elements", [])]:
+            if isinstance(text, dict) and text.get("type") == "mrkdwn":
+                assert text["verbatim"] is True
+                assert len(text["text"]) <= 3000
+    delivery = NoticeDelivery.objects.get(channel="slack")
+    assert delivery.status == "delivered"
+
+
+def test_a_rejection_refused_in_the_modal_says_so_again_when_submitted_again(
+    api, slack_on, live_server
+):
+    _refund_tool(api)
+    _approver(slack_on)
+    op = _pending(api)
+    _click(slack_on, live_server, _posted(slack_on, op), user="U0ANN", action="reject")
+    # Meanwhile someone else decided: the submission is refused, and so is its resubmission.
+    other = _approver(slack_on, username="bea", slack_id="U0BEA", link=False)
+    services.approval_decide(request_id=op["approval"]["id"], user=other, approve=True, comment="")
+    submitted = slack_on.view_submission(user_id="U0ANN", values={"reason": {"reason_input": "no"}})
+    first = slack_on.send_interaction(live_server.url + PATH, submitted)
+    again = slack_on.send_interaction(live_server.url + PATH, submitted)
+    assert first.json()["response_action"] == "errors"
+    assert again.json() == first.json()
+    assert Event.objects.filter(kind="slack_decision_refused").count() == 1
+
+
+def test_a_body_that_is_not_utf8_is_refused_not_a_server_error(db, slack_on, client):
+    response = client.post(
+        PATH,
+        b"payload=\xff\xfe",
+        content_type="application/x-www-form-urlencoded",
+        HTTP_X_SLACK_REQUEST_TIMESTAMP=str(int(timezone.now().timestamp())),
+        HTTP_X_SLACK_SIGNATURE="v0=" + "0" * 64,
+    )
+    assert response.status_code == 401
+
+
+def test_a_tool_kept_out_of_slack_is_not_posted(api, slack_on):
+    _refund_tool(api)
+    admin = person(username="admin", is_superuser=True)
+    services.route_set(user=admin, tool=Tool.objects.get(pk="refund"), channel="-")
+    _pending(api)
+    assert slack_on.calls_to("chat.postMessage") == []
+    with pytest.raises(ValueError, match="Slack channel"):
+        services.route_set(user=admin, tool=Tool.objects.get(pk="refund"), channel="#" + "x" * 90)
