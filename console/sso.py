@@ -335,6 +335,29 @@ def _identity_sign_in(*, request: HttpRequest, issuer: str, claims: dict[str, An
         raise
 
 
+def identity_link(*, user: Person, subject: str, actor: Actor) -> None:
+    """An operator links ``user`` to the provider's account ``subject`` (its ``sub``): for
+    a superuser or staff person, never linked by email, and for anyone whose email
+    differs at the provider. ValueError when the account or the person is linked."""
+    issuer = settings.OIDC_ISSUER
+    if not issuer:
+        raise ValueError("OIDC_ISSUER is not set.")
+    if not subject or len(subject) > MAX_CLAIM_CHARS:
+        raise ValueError("Give the provider's sub of the account (its subject identifier).")
+    with transaction.atomic():
+        if ExternalIdentity.objects.filter(issuer=issuer, subject=subject).exists():
+            raise ValueError(f"The account {subject} is linked already.")
+        if ExternalIdentity.objects.filter(issuer=issuer, user=user).exists():
+            raise ValueError(f"{user.get_username()} is linked to another account already.")
+        ExternalIdentity.objects.create(issuer=issuer, subject=subject, user=user)
+        accounts.user_account_record(
+            user=user,
+            kind=EventKind.IDENTITY_LINKED,
+            actor=actor,
+            data={"via": "operator", "issuer": issuer, "subject": subject},
+        )
+
+
 # --- the backend and the views -----------------------------------------------------------
 
 

@@ -268,3 +268,23 @@ def test_two_first_sign_ins_of_one_account_at_once_make_one_person(settings):
     from approvals.models import ExternalIdentity
 
     assert ExternalIdentity.objects.filter(subject="race-1").count() == 1
+
+
+@pytest.mark.django_db
+def test_an_operator_links_an_administrator_to_their_provider_account(settings):
+    from django.core.management import CommandError, call_command
+
+    from approvals.models import ExternalIdentity
+
+    settings.OIDC_ISSUER = "https://login.example.com"
+    root = get_user_model().objects.create_superuser("root", password=PASSWORD)
+    call_command("sso", "link", "root", "sub-root")
+    link = ExternalIdentity.objects.get(user=root)
+    assert (link.issuer, link.subject) == ("https://login.example.com", "sub-root")
+    event = Event.objects.get(stream=f"user:{root.pk}", kind="identity_linked")
+    assert event.data["via"] == "operator"
+    with pytest.raises(CommandError, match="linked to another account already"):
+        call_command("sso", "link", "root", "sub-other")
+    get_user_model().objects.create_user("erin", password=PASSWORD)
+    with pytest.raises(CommandError, match="linked already"):
+        call_command("sso", "link", "erin", "sub-root")
