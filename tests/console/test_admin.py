@@ -19,6 +19,7 @@ from guardian.shortcuts import get_group_perms, get_perms
 from approvals.models import ApprovalRequest, Decision, Grant
 from operations import services
 from operations.crypto import decrypt
+from operations.dispatch import notices
 from operations.models import (
     Attempt,
     Event,
@@ -70,7 +71,8 @@ def ledger(api, settings):
     direct.tool("refund", contract("irreversible", approval={"mode": "never"}))
     run = direct.run()
     op = direct.register(run, "refund")
-    approver = person(decide_on="refund")
+    approver = person(decide_on="refund", email="approver@example.com")
+    notices.deliver_due()  # a notice and its delivery (mail to the approver)
     services.approval_decide(
         request_id=ApprovalRequest.objects.get(operation_id=op["id"]).id,
         user=approver,

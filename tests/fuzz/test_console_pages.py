@@ -20,6 +20,7 @@ from urllib.parse import quote
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.handlers import wsgi
 from django.http import QueryDict
 from django.test import Client
@@ -107,6 +108,8 @@ def _real_values(known: Known, superuser) -> dict[str, list[str]]:
         text='@id("fuzz-forbid")\nforbid(principal, action == Action::"register", resource);',
     )
 
+    group = Group.objects.create(name="Finance")
+
     def ids(model, field: str = "pk") -> list[str]:
         return [str(value) for value in model.objects.values_list(field, flat=True)[:3]]
 
@@ -124,6 +127,7 @@ def _real_values(known: Known, superuser) -> dict[str, list[str]]:
         "policy_id": [policy.policy_id],
         "number": ["1", "2"],
         "fmt": ["csv", "jsonl"],
+        "group_id": [str(group.pk)],
     }
 
 
