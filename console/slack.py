@@ -285,36 +285,17 @@ def _button(payload: dict[str, Any]) -> HttpResponse:
         return HttpResponse(status=200)  # Slack's retry of one already answered
     person = _person(slack_user)
     if person is None:
-        _refuse(
-            payload=payload,
-            request_id=request_id,
-            slack_user=slack_user,
-            user=None,
-            refusal="unlinked",
-            detail=UNLINKED,
-            tell=_link_offer(slack_user),
-        )
+        _refuse_unlinked(payload, request_id=request_id, slack_user=slack_user)
         return HttpResponse(status=200)
     if action_id == slack.APPROVE:
-        try:
-            services.approval_decide(
-                request_id=request_id,
-                user=person,
-                approve=True,
-                comment="",
-                otp_verified=False,
-                shown_intent_hash=shown,
-                via="slack",
-            )
-        except (Refusal, errors.DomainError) as refusal:
-            _refuse(
-                payload=payload,
-                request_id=request_id,
-                slack_user=slack_user,
-                user=person,
-                refusal=getattr(refusal, "code", "refused"),
-                detail=str(getattr(refusal, "detail", refusal)),
-            )
+        _decide(
+            payload,
+            person=person,
+            slack_user=slack_user,
+            request_id=request_id,
+            shown=shown,
+            reason="",
+        )
         return HttpResponse(status=200)
     # Reject: ask for the reason in a modal, unless the decision would be refused anyway.
     detail = _reject_refusal(person, request_id, shown)
@@ -390,21 +371,50 @@ def _reject_submitted(payload: dict[str, Any]) -> HttpResponse:
         return JsonResponse(answer) if answer else HttpResponse(status=200)
     person = _person(slack_user)
     if person is None:
-        _refuse(
-            payload=payload,
-            request_id=request_id,
-            slack_user=slack_user,
-            user=None,
-            refusal="unlinked",
-            detail=UNLINKED,
-            tell=_link_offer(slack_user),
-        )
+        _refuse_unlinked(payload, request_id=request_id, slack_user=slack_user)
         return _modal_error(key, f"{UNLINKED} Effectgate sent you a link to link it.")
+    detail = _decide(
+        payload,
+        person=person,
+        slack_user=slack_user,
+        request_id=request_id,
+        shown=shown,
+        reason=reason,
+    )
+    if detail is not None:
+        return _modal_error(key, f"Nothing was decided. {detail}")
+    return HttpResponse(status=200)
+
+
+def _refuse_unlinked(payload: dict[str, Any], *, request_id: str, slack_user: str) -> None:
+    _refuse(
+        payload=payload,
+        request_id=request_id,
+        slack_user=slack_user,
+        user=None,
+        refusal="unlinked",
+        detail=UNLINKED,
+        tell=_link_offer(slack_user),
+    )
+
+
+def _decide(
+    payload: dict[str, Any],
+    *,
+    person: Person,
+    slack_user: str,
+    request_id: str,
+    shown: str,
+    reason: str,
+) -> str | None:
+    """Approve (no ``reason``) or reject through the console's decision service; a
+    refusal is recorded and answered with why (privately for a button, in the modal for a
+    rejection's form). Answers why it was refused, or None."""
     try:
         services.approval_decide(
             request_id=request_id,
             user=person,
-            approve=False,
+            approve=not reason,
             comment=reason,
             otp_verified=False,
             shown_intent_hash=shown,
@@ -419,10 +429,10 @@ def _reject_submitted(payload: dict[str, Any]) -> HttpResponse:
             user=person,
             refusal=getattr(refusal, "code", "refused"),
             detail=detail,
-            tell=False,
+            tell=not reason,
         )
-        return _modal_error(key, f"Nothing was decided. {detail}")
-    return HttpResponse(status=200)
+        return detail
+    return None
 
 
 def _modal_error(key: str | None, text: str) -> JsonResponse:

@@ -4,13 +4,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from django.contrib import messages
 from django.core.exceptions import BadRequest
 from django.http import Http404, HttpRequest
 
+from approvals.errors import Refusal
+from operations import services
 from operations.errors import NotFound
 from operations.params import parse_count
 
-from ..middleware import HtmxHttpRequest
+from ..middleware import AuthenticatedHttpRequest, HtmxHttpRequest
 
 
 def found(getter: Callable[..., Any], **kwargs: Any) -> Any:
@@ -59,3 +62,21 @@ def datetime_param(request: HttpRequest, name: str) -> datetime | None:
 # The session key of the inbox ticks a refused bulk action kept ("request id:intent
 # hash" values), read once by the next inbox page.
 KEPT_TICKS = "inbox_kept_ticks"
+
+
+def route_save(request: AuthenticatedHttpRequest, *, name: str, owner: dict[str, Any]) -> None:
+    """Save the Slack channel of a tool's or a group's requests (``owner``: ``tool`` or
+    ``group``) from the form, and say what came of it."""
+    try:
+        channel = services.route_set(
+            user=request.user, channel=request.POST.get("slack_channel", "")[:100], **owner
+        )
+    except (Refusal, ValueError) as exc:
+        messages.error(request, f"Nothing was saved. {getattr(exc, 'detail', exc)}")
+        return
+    if channel == "-":
+        messages.success(request, f"{name}'s requests are kept out of Slack now.")
+    elif channel:
+        messages.success(request, f"{name}'s requests now go to {channel}.")
+    else:
+        messages.success(request, f"{name} has no channel of its own now.")

@@ -3,23 +3,23 @@ requests are posted to (docs/notifications.md). Seen and changed by people who m
 manage tools' permissions (``access.may_manage_tool_permissions``)."""
 
 from django.conf import settings
-from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.models import Group
+from django.core.exceptions import PermissionDenied
 from django.http import HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals.errors import PermissionRefused, Refusal
-from operations import access, services
+from operations import access
 from operations.selectors import notices
 
 from ..middleware import AuthenticatedHttpRequest
+from .common import route_save
 
 
 def _require(request: AuthenticatedHttpRequest) -> None:
     if not access.may_manage_tool_permissions(request.user):
-        raise PermissionRefused("Only people who manage tools' permissions see groups here.")
+        raise PermissionDenied("Only people who manage tools' permissions see groups here.")
 
 
 @require_GET
@@ -60,17 +60,5 @@ def group_detail(request: AuthenticatedHttpRequest, group_id: int) -> HttpRespon
 @login_required
 def group_route(request: AuthenticatedHttpRequest, group_id: int) -> HttpResponse:
     group = get_object_or_404(Group, pk=group_id)
-    try:
-        channel = services.route_set(
-            user=request.user, group=group, channel=request.POST.get("slack_channel", "")[:100]
-        )
-    except (Refusal, ValueError) as exc:
-        messages.error(request, f"Nothing was saved. {getattr(exc, 'detail', exc)}")
-    else:
-        messages.success(
-            request,
-            f"{group.name}'s requests now go to {channel}."
-            if channel
-            else f"{group.name} has no channel of its own now.",
-        )
+    route_save(request, name=group.name, owner={"group": group})
     return redirect("console:group", group_id=group.pk)

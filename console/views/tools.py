@@ -19,7 +19,7 @@ from operations.selectors import notices
 
 from ..middleware import AuthenticatedHttpRequest
 from ..presenters import changes
-from .common import found
+from .common import found, route_save
 
 
 @require_GET
@@ -116,19 +116,7 @@ def _route_context(request: AuthenticatedHttpRequest, tool: Tool) -> dict:
 def tool_route(request: AuthenticatedHttpRequest, name: str) -> HttpResponse:
     """Set (or, empty, remove) the Slack channel of a tool's approval requests."""
     tool = found(selectors.tool_get_for_user, user=request.user, name=name)
-    try:
-        channel = services.route_set(
-            user=request.user, tool=tool, channel=request.POST.get("slack_channel", "")[:100]
-        )
-    except (Refusal, ValueError) as exc:
-        messages.error(request, f"Nothing was saved. {getattr(exc, 'detail', exc)}")
-    else:
-        messages.success(
-            request,
-            f"{tool.name}'s requests now go to {channel}."
-            if channel
-            else f"{tool.name} has no channel of its own now.",
-        )
+    route_save(request, name=tool.name, owner={"tool": tool})
     return redirect("console:tool", name=tool.name)
 
 
