@@ -156,7 +156,6 @@ if AUDIT_EVENT_KEY and AUDIT_EVENT_KEY_ID in AUDIT_EVENT_OLD_KEYS:
         "give the new key a new AUDIT_EVENT_KEY_ID"
     )
 
-
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -226,8 +225,7 @@ TEMPLATES = [
 ]
 
 
-def _database() -> dj_database_url.DBConfig:
-    url = os.environ.get("DATABASE_URL")
+def _database(url: str | None) -> dj_database_url.DBConfig:
     if not url:
         VAR_DIR.mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{VAR_DIR / 'effectgate.sqlite3'}"
@@ -283,7 +281,37 @@ def _database() -> dj_database_url.DBConfig:
     return config
 
 
-DATABASES = {"default": _database()}
+# Two PostgreSQL roles in production (docs/deployment.md §1, docs/security.md §4):
+# DATABASE_URL's user runs the application (the runtime role: it owns no table and may
+# only read and insert the audit tables); DATABASE_OWNER_URL's owns the tables and runs
+# what changes them (migrate, archive, audit mac --backfill, db roles --apply:
+# operations/dbroles.py, as_owner). Without DATABASE_OWNER_URL, one login does both.
+DATABASES = {"default": _database(os.environ.get("DATABASE_URL"))}
+
+
+def _database_owner(url: str) -> dict[str, Any] | None:
+    if not url:
+        return None
+    if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured(
+            "DATABASE_OWNER_URL needs DATABASE_URL on PostgreSQL (SQLite has no roles)"
+        )
+    config = dict(_database(url))
+    if config["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured("DATABASE_OWNER_URL must be a postgres:// URL")
+    if config["NAME"] != DATABASES["default"]["NAME"]:
+        raise ImproperlyConfigured(
+            f"DATABASE_OWNER_URL names the database {config['NAME']!r}, DATABASE_URL "
+            f"{DATABASES['default']['NAME']!r}: the owner's login must be to the same one"
+        )
+    # One connection for one command: no pool, closed at the end.
+    options: Any = config.get("OPTIONS") or {}
+    config["OPTIONS"] = {key: value for key, value in options.items() if key != "pool"}
+    config["CONN_MAX_AGE"] = 0
+    return config
+
+
+DATABASE_OWNER = _database_owner(os.environ.get("DATABASE_OWNER_URL", "").strip())
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [
