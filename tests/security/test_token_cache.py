@@ -31,8 +31,8 @@ from rest_framework.test import APIClient
 from operations import services, tokencache
 from operations.models import Runner, RunnerToken
 from tests.conftest import make_runner
-from tests.operations.test_celery import _database_url
 from tests.support.db import ON_POSTGRESQL, skip_unless_postgresql
+from tests.support.runtime_role import database_env
 
 REPO = Path(__file__).resolve().parents[2]
 SERVERS = 3
@@ -254,7 +254,7 @@ class Servers:
         self.logs: list[Path] = []
         env = {
             **os.environ,
-            "DATABASE_URL": _database_url(),
+            **database_env(),
             "SECRET_KEY": settings.SECRET_KEY,
             "DEBUG": "0",
             "CELERY_BROKER_URL": "",
