@@ -20,6 +20,7 @@ SQLite has neither roles nor triggers.
 """
 
 import contextlib
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,6 +58,19 @@ def insert_only_tables() -> list[str]:
     return [*tables, *LOG_TABLES]
 
 
+_STARTUP_ROLE = re.compile(r"(?:^|\s)-c\s*role=(\S+)")
+
+
+def assumed_role(options: dict[str, Any]) -> str | None:
+    """The role a connection takes after logging in: Django's ``assume_role`` (a ``SET
+    ROLE`` once connected) or libpq's startup parameter (``options="-c role=..."``,
+    which a connection pool's connections get too)."""
+    if options.get("assume_role"):
+        return str(options["assume_role"])
+    found = _STARTUP_ROLE.search(str(options.get("options") or ""))
+    return found.group(1) if found else None
+
+
 def _same_login(one: dict[str, Any], other: dict[str, Any]) -> bool:
     return all(str(one.get(key) or "") == str(other.get(key) or "") for key in _LOGIN)
 
@@ -69,7 +83,7 @@ def runtime_role(using: str = DEFAULT_DB_ALIAS) -> str | None:
     if not owner:
         return None
     current = connections[using].settings_dict
-    role = current["OPTIONS"].get("assume_role") or current["USER"]
+    role = assumed_role(current["OPTIONS"]) or current["USER"]
     return role if role and role != owner["USER"] else None
 
 
@@ -79,7 +93,7 @@ def as_owner(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
 
     1. No owner configured: nothing changes (one login does everything, the local mode).
     2. The connection logs in as the owner and only assumes the runtime role
-       (``OPTIONS["assume_role"]``; the suite's runtime-role mode, tests/conftest.py):
+       (``assumed_role``; the suite's runtime-role mode, tests/support/runtime_role.py):
        the assumed role is dropped for the block and taken again after it, in the same
        session, so this works inside a transaction too. A deployment never runs this
        way: whoever holds such a login can drop the role as well.
@@ -94,7 +108,7 @@ def as_owner(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
         return
     connection = connections[using]
     current = connection.settings_dict
-    assumed = current["OPTIONS"].get("assume_role")
+    assumed = assumed_role(current["OPTIONS"])
     if assumed and _same_login(current, owner):
         with connection.cursor() as cursor:
             cursor.execute("SET ROLE NONE")
