@@ -197,7 +197,9 @@ BEGIN
 END
 $$"""
 
+# pg_class.relkind: what ALTER ... OWNER TO calls each; ordinary and partitioned tables.
 _KINDS = {"r": "TABLE", "p": "TABLE", "S": "SEQUENCE", "v": "VIEW", "m": "MATERIALIZED VIEW"}
+_TABLES = frozenset(relkind for relkind, word in _KINDS.items() if word == "TABLE")
 
 
 def roles_sql(*, runtime: str, using: str = DEFAULT_DB_ALIAS) -> list[str]:
@@ -218,7 +220,7 @@ def roles_sql(*, runtime: str, using: str = DEFAULT_DB_ALIAS) -> list[str]:
         found = _catalog(cursor, runtime)
     owner, database, schema = found["owner"], found["database"], found["schema"]
     role, qschema = _ident(runtime), _ident(schema)
-    tables = [name for name, kind, _ in found["relations"] if kind in ("r", "p")]
+    tables = [name for name, relkind, _ in found["relations"] if relkind in _TABLES]
     insert_only = set(insert_only_tables())
     read_only = set(READ_ONLY_TABLES)
     statements = [
@@ -228,10 +230,10 @@ def roles_sql(*, runtime: str, using: str = DEFAULT_DB_ALIAS) -> list[str]:
         # holding a role (membership through other roles included).
         _GUARD.replace("{runtime}", _literal(runtime)),
     ]
-    for name, kind, relation_owner in found["relations"]:
-        if relation_owner == runtime and kind in _KINDS:
+    for name, relkind, relation_owner in found["relations"]:
+        if relation_owner == runtime and relkind in _KINDS:
             statements.append(
-                f"ALTER {_KINDS[kind]} {qschema}.{_ident(name)} OWNER TO {_ident(owner)}"
+                f"ALTER {_KINDS[relkind]} {qschema}.{_ident(name)} OWNER TO {_ident(owner)}"
             )
     statements += [
         f"ALTER FUNCTION {function} OWNER TO {_ident(owner)}" for function in found["functions"]

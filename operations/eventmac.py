@@ -13,7 +13,6 @@ same with or without a key. A rotated key keeps its id in the MACs it made; the 
 keys listed in ``AUDIT_EVENT_OLD_KEYS`` verify them.
 """
 
-import hashlib
 import hmac
 from functools import lru_cache
 
@@ -26,8 +25,8 @@ def _key_bytes(key_hex: str) -> bytes:
 
 
 def mac_with(key_id: str, key: bytes, event_hash: str) -> str:
-    digest = hmac.new(key, event_hash.encode(), hashlib.sha256).hexdigest()
-    return f"{key_id}:{digest}"
+    # hmac.digest: OpenSSL's one-shot HMAC, a few microseconds (no HMAC object built).
+    return f"{key_id}:{hmac.digest(key, event_hash.encode(), 'sha256').hex()}"
 
 
 def event_mac(event_hash: str) -> str:
