@@ -144,8 +144,13 @@ def as_owner(using: str = DEFAULT_DB_ALIAS) -> Iterator[None]:
 def _catalog(cursor: Any, runtime: str) -> dict[str, Any]:
     cursor.execute("SELECT current_user, current_database(), current_schema()")
     owner, database, schema = cursor.fetchone()
+    # With each relation, the table at the root of its partition tree (itself when it
+    # is no partition): a partition of the events is as insert-only as the events, and
+    # PostgreSQL checks privileges on a partition named directly by its own grants.
     cursor.execute(
-        "SELECT c.relname, c.relkind, pg_get_userbyid(c.relowner) FROM pg_class c "
+        "SELECT c.relname, c.relkind, pg_get_userbyid(c.relowner), "
+        "coalesce((SELECT r.relname FROM pg_class r WHERE r.oid = pg_partition_root(c.oid)), "
+        "c.relname) FROM pg_class c "
         "JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'S', 'v', 'm', 'f') "
         "ORDER BY c.relname",
@@ -220,9 +225,10 @@ def roles_sql(*, runtime: str, using: str = DEFAULT_DB_ALIAS) -> list[str]:
         found = _catalog(cursor, runtime)
     owner, database, schema = found["owner"], found["database"], found["schema"]
     role, qschema = _ident(runtime), _ident(schema)
-    tables = [name for name, relkind, _ in found["relations"] if relkind in _TABLES]
-    insert_only = set(insert_only_tables())
+    roots = {name: root for name, relkind, _, root in found["relations"] if relkind in _TABLES}
+    insert_only = {name for name, root in roots.items() if root in insert_only_tables()}
     read_only = set(READ_ONLY_TABLES)
+    tables = list(roots)
     statements = [
         f"-- Effectgate: privileges of the runtime role {runtime} on database {database}, "
         f"schema {schema}; run as the owner {owner}.",
@@ -230,7 +236,7 @@ def roles_sql(*, runtime: str, using: str = DEFAULT_DB_ALIAS) -> list[str]:
         # holding a role (membership through other roles included).
         _GUARD.replace("{runtime}", _literal(runtime)),
     ]
-    for name, relkind, relation_owner in found["relations"]:
+    for name, relkind, relation_owner, _ in found["relations"]:
         if relation_owner == runtime and relkind in _KINDS:
             statements.append(
                 f"ALTER {_KINDS[relkind]} {qschema}.{_ident(name)} OWNER TO {_ident(owner)}"
@@ -277,9 +283,10 @@ def roles_check(*, runtime: str, using: str = DEFAULT_DB_ALIAS) -> list[str]:
     answers (``has_table_privilege``: grants to PUBLIC and to roles it is a member of
     count): own a relation or function of the schema, rewrite an audit table, truncate
     any table or create triggers on it, create objects in the schema."""
-    insert_only = set(insert_only_tables())
+    audit_tables = set(insert_only_tables())
     with connections[using].cursor() as cursor:
         found = _catalog(cursor, runtime)
+        insert_only = {name for name, _, _, root in found["relations"] if root in audit_tables}
         cursor.execute(
             "SELECT c.relname, p.privilege FROM pg_class c "
             "JOIN pg_namespace n ON n.oid = c.relnamespace "
@@ -291,7 +298,7 @@ def roles_check(*, runtime: str, using: str = DEFAULT_DB_ALIAS) -> list[str]:
         held = cursor.fetchall()
         cursor.execute("SELECT has_schema_privilege(%s, %s, 'CREATE')", [runtime, found["schema"]])
         may_create = cursor.fetchone()[0]
-    owned = [name for name, _, owner in found["relations"] if owner == runtime]
+    owned = [name for name, _, owner, _ in found["relations"] if owner == runtime]
     problems = []
     if owned or found["functions"]:
         problems.append(f"{runtime} owns {', '.join([*owned, *found['functions']])}")

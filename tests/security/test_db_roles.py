@@ -20,7 +20,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from approvals.models import Decision
-from operations import services
+from operations import dbroles, services
 from operations.dbroles import (
     as_owner,
     insert_only_tables,
@@ -216,6 +216,22 @@ def test_the_transparency_logs_tables_are_insert_only_by_name():
         cursor.execute("SELECT to_regclass('operations_checkpoint') IS NOT NULL")
         if not cursor.fetchone()[0]:
             assert "operations_checkpoint" not in statements
+
+
+def test_a_partition_of_an_insert_only_table_is_insert_only_too(monkeypatch):
+    """PostgreSQL checks a partition named directly against its own grants."""
+    monkeypatch.setattr(dbroles, "LOG_TABLES", (*dbroles.LOG_TABLES, "eg_roles_ledger"))
+    _as_superuser("CREATE TABLE eg_roles_ledger (id int, at date) PARTITION BY RANGE (at)")
+    try:
+        _as_superuser(
+            "CREATE TABLE eg_roles_ledger_2026 PARTITION OF eg_roles_ledger "
+            "FOR VALUES FROM ('2026-01-01') TO ('2027-01-01')"
+        )
+        with runtime_login() as role:
+            assert _privileges(role, "eg_roles_ledger") == {"SELECT", "INSERT"}
+            assert _privileges(role, "eg_roles_ledger_2026") == {"SELECT", "INSERT"}
+    finally:
+        _as_superuser("DROP TABLE eg_roles_ledger")
 
 
 def test_a_runtime_role_that_could_become_the_owner_is_refused():
