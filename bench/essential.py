@@ -37,6 +37,7 @@ from typing import Any
 
 from approvals.ids import new_id
 from operations.canonical import intent_hash, sha256_hex
+from operations.eventmac import event_mac
 
 from .columns import unnamed_defaults
 from .lifecycle_sql import EVENT_COLUMNS, OP_COLUMNS, Statements, new_operation_row
@@ -108,6 +109,7 @@ class EssentialRunner(Statements):
                 "data": json.dumps(data),
                 "prev_hash": prev,
                 "hash": digest,
+                "mac": event_mac(digest),
                 **self.extra_event,
             },
         )

@@ -36,6 +36,7 @@ from typing import Any
 import psycopg
 
 from approvals.ids import new_id
+from operations.eventmac import event_mac
 
 from .columns import unnamed_defaults
 
@@ -232,6 +233,7 @@ class SqlRunner(Statements):
         now: datetime,
     ) -> dict[str, Any]:
         data = json.dumps({"kind": kind, "at": now.isoformat()})
+        digest = _hash(op_id, seq, kind, source, target, now, data, prev)
         return {
             "stream": op_id,
             "seq": seq,
@@ -246,7 +248,9 @@ class SqlRunner(Statements):
             "at": now,
             "data": data,
             "prev_hash": prev,
-            "hash": _hash(op_id, seq, kind, source, target, now, data, prev),
+            "hash": digest,
+            # The service's MAC under AUDIT_EVENT_KEY when one is set: the same work.
+            "mac": event_mac(digest),
             **self.extra_event,
         }
 
@@ -451,4 +455,5 @@ EVENT_COLUMNS = {
     "data",
     "prev_hash",
     "hash",
+    "mac",
 }

@@ -80,6 +80,82 @@ CSRF_TRUSTED_ORIGINS = _env_list("CSRF_TRUSTED_ORIGINS")
 SENSITIVE_ARGUMENT_KEY = os.environ.get("SENSITIVE_ARGUMENT_KEY") or SECRET_KEY
 SENSITIVE_ARGUMENT_KEY_ID = os.environ.get("SENSITIVE_ARGUMENT_KEY_ID", "k1")
 
+# The key of every event's MAC (operations/eventmac.py, docs/security.md §4): HMAC-SHA256
+# of the event's hash, written as "<key id>:<hex>". Held by the application alone (the
+# environment or a file, never the database), so credentials to the database alone
+# cannot write an event that `audit verify` accepts. At least 32 random bytes, in hex.
+# After a rotation the old keys stay listed in AUDIT_EVENT_OLD_KEYS ("id:hex,id:hex")
+# to verify the events they signed. Unset: events carry no MAC and verify says so.
+_KEY_ID = re.compile(r"^[A-Za-z0-9._-]{1,15}$")
+EVENT_KEY_MIN_BYTES = 32
+
+
+def _event_key(name: str, text: str) -> str:
+    """A MAC key given in hex, at least EVENT_KEY_MIN_BYTES bytes; lower-case hex."""
+    text = text.strip()
+    try:
+        key = bytes.fromhex(text)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"{name} is not hex; make one with "
+            "python -c 'import secrets; print(secrets.token_hex(32))'"
+        ) from None
+    if len(key) < EVENT_KEY_MIN_BYTES:
+        raise ImproperlyConfigured(
+            f"{name} holds {len(key)} bytes; an event key needs at least "
+            f"{EVENT_KEY_MIN_BYTES} (64 hex digits)"
+        )
+    return key.hex()
+
+
+def _event_key_id(name: str, text: str) -> str:
+    if not _KEY_ID.match(text):
+        raise ImproperlyConfigured(
+            f"{name}: {text!r} is not a key id (1 to 15 letters, digits, '.', '_' or '-')"
+        )
+    return text
+
+
+def _event_key_setting() -> str:
+    value = os.environ.get("AUDIT_EVENT_KEY", "")
+    path = os.environ.get("AUDIT_EVENT_KEY_FILE", "").strip()
+    if value.strip() and path:
+        raise ImproperlyConfigured("Set AUDIT_EVENT_KEY or AUDIT_EVENT_KEY_FILE, not both")
+    if path:
+        try:
+            value = Path(path).read_text()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"AUDIT_EVENT_KEY_FILE: cannot read {path}: {exc}") from exc
+        return _event_key(f"AUDIT_EVENT_KEY_FILE ({path})", value)
+    return _event_key("AUDIT_EVENT_KEY", value) if value.strip() else ""
+
+
+def _event_old_keys(text: str) -> dict[str, str]:
+    keys = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        key_id, colon, key = item.partition(":")
+        if not colon:
+            raise ImproperlyConfigured(
+                "AUDIT_EVENT_OLD_KEYS takes id:hex pairs, comma-separated (k1:ab12...,k2:...)"
+            )
+        key_id = _event_key_id("AUDIT_EVENT_OLD_KEYS", key_id.strip())
+        keys[key_id] = _event_key(f"AUDIT_EVENT_OLD_KEYS ({key_id})", key)
+    return keys
+
+
+AUDIT_EVENT_KEY = _event_key_setting()
+AUDIT_EVENT_KEY_ID = _event_key_id(
+    "AUDIT_EVENT_KEY_ID", os.environ.get("AUDIT_EVENT_KEY_ID", "k1").strip() or "k1"
+)
+AUDIT_EVENT_OLD_KEYS = _event_old_keys(os.environ.get("AUDIT_EVENT_OLD_KEYS", ""))
+if AUDIT_EVENT_KEY and AUDIT_EVENT_KEY_ID in AUDIT_EVENT_OLD_KEYS:
+    raise ImproperlyConfigured(
+        f"AUDIT_EVENT_OLD_KEYS lists {AUDIT_EVENT_KEY_ID}, the id of the current key: "
+        "give the new key a new AUDIT_EVENT_KEY_ID"
+    )
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -149,8 +225,7 @@ TEMPLATES = [
 ]
 
 
-def _database() -> dj_database_url.DBConfig:
-    url = os.environ.get("DATABASE_URL")
+def _database(url: str | None) -> dj_database_url.DBConfig:
     if not url:
         VAR_DIR.mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{VAR_DIR / 'effectgate.sqlite3'}"
@@ -206,7 +281,37 @@ def _database() -> dj_database_url.DBConfig:
     return config
 
 
-DATABASES = {"default": _database()}
+# Two PostgreSQL roles in production (docs/deployment.md §1, docs/security.md §4):
+# DATABASE_URL's user runs the application (the runtime role: it owns no table and may
+# only read and insert the audit tables); DATABASE_OWNER_URL's owns the tables and runs
+# what changes them (migrate, archive, audit mac --backfill, db roles --apply:
+# operations/dbroles.py, as_owner). Without DATABASE_OWNER_URL, one login does both.
+DATABASES = {"default": _database(os.environ.get("DATABASE_URL"))}
+
+
+def _database_owner(url: str) -> dict[str, Any] | None:
+    if not url:
+        return None
+    if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured(
+            "DATABASE_OWNER_URL needs DATABASE_URL on PostgreSQL (SQLite has no roles)"
+        )
+    config = dict(_database(url))
+    if config["ENGINE"] != "django.db.backends.postgresql":
+        raise ImproperlyConfigured("DATABASE_OWNER_URL must be a postgres:// URL")
+    if config["NAME"] != DATABASES["default"]["NAME"]:
+        raise ImproperlyConfigured(
+            f"DATABASE_OWNER_URL names the database {config['NAME']!r}, DATABASE_URL "
+            f"{DATABASES['default']['NAME']!r}: the owner's login must be to the same one"
+        )
+    # One connection for one command: no pool, closed at the end.
+    options: Any = config.get("OPTIONS") or {}
+    config["OPTIONS"] = {key: value for key, value in options.items() if key != "pool"}
+    config["CONN_MAX_AGE"] = 0
+    return config
+
+
+DATABASE_OWNER = _database_owner(os.environ.get("DATABASE_OWNER_URL", "").strip())
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTHENTICATION_BACKENDS = [

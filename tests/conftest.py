@@ -12,6 +12,7 @@ import redis
 from rest_framework.test import APIClient
 
 from operations import services
+from tests.support import runtime_role
 from tests.support.collection import deselected_whole
 from tests.support.fake_slack import FakeSlack
 
@@ -135,6 +136,24 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     ):
         return True
     return None
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker) -> Iterator[None]:
+    """pytest-django's test database; with ``EFFECTGATE_TEST_RUNTIME_ROLE=1`` (CI), the
+    application then runs on it as the runtime role (tests/support/runtime_role.py)."""
+    from django.db import connection
+
+    if not runtime_role.ENABLED or connection.vendor != "postgresql":
+        yield
+        return
+    with django_db_blocker.unblock():
+        runtime_role.enter()
+    try:
+        yield
+    finally:
+        with django_db_blocker.unblock():
+            runtime_role.leave()
 
 
 @pytest.fixture

@@ -6,6 +6,8 @@
    inserting one or reordering them breaks the chain at that point. Events are read in
    (stream, seq) order through a database cursor, one chunk at a time, keeping only the
    current stream's last hash: memory stays bounded whatever the size of the table.
+   Given the event keys, it also checks each event's MAC (``eventmac``): an event
+   written with the database's credentials but without the key has none that holds.
 2. ``state_verify``: the rows that decide what may run (decisions, grants, standing
    grants, approval requests, resolutions and their reviews, operations, runs, tools,
    people's policies) follow from the events, down to the columns that are not
@@ -29,6 +31,7 @@ from .chains import (
     Anchor,
     ChainBreak,
     ChainReport,
+    MacFault,
     chains_verify,
     chains_verify_rows,
 )
@@ -39,6 +42,7 @@ __all__ = [
     "Anchor",
     "ChainBreak",
     "ChainReport",
+    "MacFault",
     "Unexplained",
     "chains_verify",
     "chains_verify_rows",

@@ -573,6 +573,9 @@ class Event(models.Model):
     data = models.JSONField(default=dict)
     prev_hash = models.CharField(max_length=64)
     hash = models.CharField(max_length=64)
+    # "<key id>:<hex HMAC-SHA256 of hash>" under AUDIT_EVENT_KEY, "" without a key
+    # (operations/eventmac.py); not part of the hash.
+    mac = models.CharField(max_length=80, blank=True, default="")
 
     class Meta:
         constraints = [

@@ -33,6 +33,7 @@ from approvals.people import Person
 
 from .. import access, errors, machine, payloads, telemetry
 from ..canonical import sha256_hex
+from ..eventmac import event_mac
 from ..machine import EventKind, Status
 from ..models import Attempt, Event, Notice, Operation, OutboxMessage, Runner, WebhookEndpoint
 from ..payloads import iso
@@ -196,8 +197,8 @@ def event_build(
     data: dict[str, Any] | None = None,
     now: datetime,
 ) -> Event:
-    """One event, hashed onto ``prev_hash``, not yet saved (the hot path inserts several
-    in one statement)."""
+    """One event, hashed onto ``prev_hash`` and MACed under the event key (when one is
+    set), not yet saved (the hot path inserts several in one statement)."""
     event = Event(
         stream=stream,
         seq=seq,
@@ -215,6 +216,7 @@ def event_build(
         prev_hash=prev_hash,
     )
     event.hash = event_hash(event)
+    event.mac = event_mac(event.hash)
     return event
 
 

@@ -125,7 +125,7 @@ def test_runlocal_serves_and_does_the_background_work_in_process(tmp_path):
     import httpx
     from django.conf import settings
 
-    from tests.operations.test_celery import _database_url
+    from tests.support.runtime_role import database_env
 
     api = make_runner()
     api.tool("t", contract("irreversible", approval={"mode": "never"}))
@@ -136,7 +136,7 @@ def test_runlocal_serves_and_does_the_background_work_in_process(tmp_path):
     log = tmp_path / "runlocal.log"
     env = {
         **os.environ,
-        "DATABASE_URL": _database_url(),
+        **database_env(),
         "SECRET_KEY": settings.SECRET_KEY,
         "CELERY_BROKER_URL": "",
         "DEBUG": "1",

@@ -16,7 +16,7 @@ from django.core.management import call_command
 from operations.models import Runner
 from operations.services import token_authenticate
 from tests.docs.blocks import ROOT
-from tests.operations.test_celery import _database_url
+from tests.support.runtime_role import database_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -40,7 +40,7 @@ def _run_printed_command(output: str, line_start: str, stdin: str = "") -> str:
         input=stdin,
         env={
             **os.environ,
-            "DATABASE_URL": _database_url(),
+            **database_env(),
             "SECRET_KEY": settings.SECRET_KEY,
             "DB_CONN_MAX_AGE": "0",
         },

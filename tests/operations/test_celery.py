@@ -16,26 +16,18 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
 from standardwebhooks.webhooks import Webhook
 
 from operations.models import DeliveryAttempt, Operation, OutboxMessage
 from tests.conftest import contract, make_runner
 from tests.support.db import skip_unless_postgresql
 from tests.support.receiver import Receiver
+from tests.support.runtime_role import database_env
 
 REPO = Path(__file__).resolve().parents[2]
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
-
-
-def _database_url() -> str:
-    db = connection.settings_dict
-    if db["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{db['NAME']}"
-    auth = db["USER"] + (f":{db['PASSWORD']}" if db["PASSWORD"] else "")
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 class Celery:
@@ -46,7 +38,7 @@ class Celery:
         self.queue = f"eg-test-{uuid.uuid4().hex[:12]}"
         self.env = {
             **os.environ,
-            "DATABASE_URL": _database_url(),
+            **database_env(),
             "SECRET_KEY": settings.SECRET_KEY,
             "CELERY_BROKER_URL": REDIS_URL,
             "CELERY_TASK_DEFAULT_QUEUE": self.queue,

@@ -16,8 +16,8 @@ from django.core.management import CommandError, call_command
 from operations.models import Event, Policy, PolicyVersion
 from operations.services import policies
 from tests.approvals.conftest import person
-from tests.operations.test_celery import _database_url
 from tests.operations.test_policies import steward
+from tests.support.runtime_role import database_env
 
 FILE = """// Refund rules of the payments team.
 @id("no-huge")
@@ -174,7 +174,7 @@ def test_the_effectgate_command_exits_1_with_the_reason_on_stderr(cedar_file, ap
     effectgate = Path(sys.executable).parent / "effectgate"
     env = {
         **os.environ,
-        "DATABASE_URL": _database_url(),
+        **database_env(),
         "SECRET_KEY": settings.SECRET_KEY,
         "DB_CONN_MAX_AGE": "0",
     }

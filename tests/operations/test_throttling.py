@@ -27,8 +27,8 @@ from operations import services
 from operations.http.throttling import CACHE_TABLE, DatabaseCache, WindowRateThrottle
 from operations.models import Attempt, Event, Operation, Run, RunnerToken
 from tests.conftest import REDIS_URL, make_runner
-from tests.operations.test_celery import _database_url
 from tests.support.net import free_port
+from tests.support.runtime_role import database_env
 
 REPO = Path(__file__).resolve().parents[2]
 MINUTE = 1_800_000_000  # a multiple of 60: the start of a minute window
@@ -257,7 +257,7 @@ class TwoServers:
     def __init__(self, tmp: Path, *, cache_url: str, rate: str) -> None:
         self.env = {
             **os.environ,
-            "DATABASE_URL": _database_url(),
+            **database_env(),
             "SECRET_KEY": django_settings.SECRET_KEY,
             "DEBUG": "0",
             "CELERY_BROKER_URL": "",

@@ -9,6 +9,7 @@ from guardian.shortcuts import assign_perm
 from approvals.models import Decision
 from console import accounts
 from operations import audit, services
+from operations.dbroles import as_owner
 from operations.models import Event, Operation, Resolution, ResolutionReview, Tool
 from operations.triggers import APPEND_ONLY_MODELS, ignored, trigger_uris
 from tests.approvals.conftest import person
@@ -22,8 +23,9 @@ def tampering():
     """What an attacker with the database owner's rights could do: bypass the triggers.
 
     On PostgreSQL the append-only triggers are ignored for this thread; SQLite has none.
+    As the owner: the runtime role may not even try (tests/security/test_db_roles.py).
     """
-    with ignored(*trigger_uris()):
+    with as_owner(), ignored(*trigger_uris()):
         yield
 
 
@@ -175,7 +177,9 @@ def _decision_and_resolutions(api) -> tuple[Decision, Resolution, ResolutionRevi
 
 
 def _refused(action) -> None:
-    with pytest.raises(DatabaseError, match="pgtrigger: Cannot"), transaction.atomic():
+    """The trigger refuses ``action`` even to the tables' owner (whom privileges would
+    let through; the runtime role is refused before any trigger, test_db_roles.py)."""
+    with as_owner(), pytest.raises(DatabaseError, match="pgtrigger: Cannot"), transaction.atomic():
         action()
 
 

@@ -1,12 +1,15 @@
 """``python manage.py archive --before DATE --to FILE``: move terminal operations older
 than DATE out of the live ledger into a verified JSON Lines file
-(``operations.services.archive``); ``audit verify --archive FILE`` checks it later."""
+(``operations.services.archive``); ``audit verify --archive FILE`` checks it later.
+It deletes from the audit tables, which only the owner may: with ``DATABASE_OWNER_URL``
+set it runs on the owner's login (``dbroles.as_owner``)."""
 
 from datetime import UTC, date, datetime, time
 from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
+from operations.dbroles import as_owner
 from operations.services.archive import ArchiveError, archive_operations
 from operations.services.core import Actor
 
@@ -26,7 +29,10 @@ class Command(BaseCommand):
         before = datetime.combine(day, time.min, UTC)
         path: Path = options["to"]
         try:
-            summary = archive_operations(before=before, path=path, actor=Actor.system("archive"))
+            with as_owner():
+                summary = archive_operations(
+                    before=before, path=path, actor=Actor.system("archive")
+                )
         except ArchiveError as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(
