@@ -80,5 +80,11 @@ def remind_approvers() -> int:
 
 
 @shared_task(**IDEMPOTENT)
+def seal_audit_log() -> int:
+    """Append committed events to the transparency log and sign a checkpoint."""
+    return services.log_seal().appended
+
+
+@shared_task(**IDEMPOTENT)
 def prune_notices() -> int:
     return services.notices_prune(older_than=timedelta(days=settings.NOTICE_RETENTION_DAYS))

@@ -171,6 +171,8 @@ EVENT_TYPES = [
     "standing_grant.issued",
     "standing_grant.used",
     "standing_grant.revoked",
+    # A new signed checkpoint of the transparency log (services.seal), to every runner.
+    "audit.checkpoint",
 ]
 
 

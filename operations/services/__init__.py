@@ -65,6 +65,7 @@ from .runners import (
 )
 from .runs import run_cancel, run_create
 from .saved_views import saved_view_delete, saved_view_save
+from .seal import SealReport, log_seal
 from .slack import (
     slack_decision_refused,
     slack_interaction_first,
@@ -107,6 +108,7 @@ __all__ = [
     "Actor",
     "InboundReceipt",
     "Registration",
+    "SealReport",
     "StandingTerms",
     "SweepReport",
     "ToolRegistration",
@@ -128,6 +130,7 @@ __all__ = [
     "inbound_apply_pending",
     "inbound_receive",
     "lease_expire_due",
+    "log_seal",
     "notice_claim",
     "notice_delivery_claim",
     "notice_delivery_finish",
