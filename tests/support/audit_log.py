@@ -29,7 +29,7 @@ def unsealed() -> list[int]:
     return list(Event.objects.exclude(pk__in=sealed).values_list("pk", flat=True))
 
 
-def seal_all(*, timeout_s: float = 60, **kwargs) -> list[SealReport]:
+def seal_all(*, timeout_s: float = 120, **kwargs) -> list[SealReport]:
     """Seal until every event this connection sees is in the log; the passes' reports.
 
     On PostgreSQL the sealer leaves an event for later while any transaction older than
