@@ -14,7 +14,8 @@ import random
 
 import pytest
 
-from operations.tlog import merkle
+from operations.canonical import canonical_json
+from operations.tlog import leaves, merkle
 from operations.tlog.merkle import (
     TreeBuilder,
     consistency_ranges,
@@ -292,3 +293,28 @@ def test_the_rfc_6962_vectors():
     assert verify_consistency(
         first=2, second=5, first_root=ROOTS[1], second_root=ROOTS[4], proof=two_to_five
     )
+
+
+# --- the leaf's entry ------------------------------------------------------------------
+
+
+def test_the_leaf_entry_is_rfc_8785_canonical_json_for_any_stream():
+    rng = random.Random(8785)
+    alphabet = [chr(c) for c in range(0x00, 0x80)] + ["é", "\u2028", "\u2029", "\U0001f600", "\x7f"]
+    cases = [
+        (1, "0" * 64, 1, "op_abc"),
+        (2**53 - 1, "ab" * 32, 2**53 - 1, 'a"b\\c\n\t\b\f\r\x00\x1f'),
+    ]
+    for _ in range(500):
+        stream = "".join(rng.choice(alphabet) for _ in range(rng.randrange(0, 30)))
+        cases.append(
+            (rng.randrange(0, 2**53), rng.randbytes(32).hex(), rng.randrange(1, 10**6), stream)
+        )
+    for event, digest, seq, stream in cases:
+        general = canonical_json({"event": event, "hash": digest, "seq": seq, "stream": stream})
+        assert leaves.entry(event=event, hash=digest, seq=seq, stream=stream) == general, stream
+    # Beyond the integers every JSON reader holds exactly, both refuse alike.
+    with pytest.raises(ValueError, match="2\\*\\*53|integer|domain"):
+        canonical_json({"event": 2**53, "hash": "x", "seq": 1, "stream": "s"})
+    with pytest.raises(ValueError, match="2\\*\\*53|integer|domain"):
+        leaves.entry(event=2**53, hash="x", seq=1, stream="s")
