@@ -574,6 +574,9 @@ PGTRIGGER_INSTALL_ON_MIGRATE = True
 # appends events to the log but signs no checkpoint.
 AUDIT_SIGNING_KEY_FILE = os.environ.get("AUDIT_SIGNING_KEY_FILE", "").strip()
 AUDIT_SIGNING_KEY = os.environ.get("AUDIT_SIGNING_KEY", "").strip()
+# Its public key in PEM (`openssl pkey -in audit.pem -pubout`), for processes that publish
+# or check it without holding the private key; by default derived from the private key.
+AUDIT_PUBLIC_KEY_FILE = os.environ.get("AUDIT_PUBLIC_KEY_FILE", "").strip()
 # The log's name: the first line of every checkpoint and the signing key's name.
 AUDIT_LOG_ORIGIN = os.environ.get("AUDIT_LOG_ORIGIN", "").strip() or (
     f"{(urlsplit(CONSOLE_BASE_URL).netloc.rpartition('@')[2]) or 'localhost'}/effectgate-audit"

@@ -81,8 +81,9 @@ def remind_approvers() -> int:
 
 @shared_task(**IDEMPOTENT)
 def seal_audit_log() -> int:
-    """Append committed events to the transparency log and sign a checkpoint."""
-    return services.log_seal().appended
+    """Append committed events to the transparency log and sign checkpoints, until it
+    has caught up or the interval to the next run has passed."""
+    return services.log_seal_due(budget_s=settings.AUDIT_SEAL_EVERY_S or 10.0)
 
 
 @shared_task(**IDEMPOTENT)

@@ -8,6 +8,7 @@ answers 404 as if it did not exist. Checkpoints and consistency proofs say nothi
 any event: any authenticated caller reads them.
 """
 
+import logging
 from typing import Any, cast
 
 from django.core.exceptions import ImproperlyConfigured
@@ -35,6 +36,7 @@ PROBLEM = OpenApiResponse(
     description="RFC 9457 problem details (application/problem+json) with a stable `code`."
 )
 PEM_TYPE = "application/x-pem-file"
+logger = logging.getLogger(__name__)
 
 
 class RunnerOrPerson(permissions.BasePermission):
@@ -189,8 +191,13 @@ def audit_key(request: HttpRequest) -> HttpResponse:
     checkpoints, as PEM, for anyone; a 404 problem while no key is configured."""
     try:
         key = keys.public_key()
-    except ImproperlyConfigured:
-        key = None
+    except ImproperlyConfigured as exc:
+        # The refusal names the setting, never the key's text.
+        logger.error("The audit key cannot be published: %s", exc)
+        body = problem(
+            500, "internal_error", "Internal error", "The server's audit key is misconfigured."
+        )
+        return JsonResponse(body, status=500, content_type=CONTENT_TYPE)
     if key is None:
         body = problem(
             404, "not_found", "Not found", "No audit signing key is configured on this server."

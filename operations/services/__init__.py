@@ -65,7 +65,7 @@ from .runners import (
 )
 from .runs import run_cancel, run_create
 from .saved_views import saved_view_delete, saved_view_save
-from .seal import SealReport, log_seal
+from .seal import SealReport, log_seal, log_seal_due
 from .slack import (
     slack_decision_refused,
     slack_interaction_first,
@@ -131,6 +131,7 @@ __all__ = [
     "inbound_receive",
     "lease_expire_due",
     "log_seal",
+    "log_seal_due",
     "notice_claim",
     "notice_delivery_claim",
     "notice_delivery_finish",

@@ -33,6 +33,7 @@
    written; the report says so.
 """
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -129,6 +130,20 @@ def log_seal(*, limit: int = SEAL_BATCH, now: datetime | None = None) -> SealRep
             size=size, root=builder.root(), origin=origin, key=key, now=now or timezone.now()
         )
     return SealReport(appended=len(new_leaves), size=size, checkpoint=checkpoint)
+
+
+def log_seal_due(*, budget_s: float, limit: int = SEAL_BATCH) -> int:
+    """Passes of ``log_seal`` until one finds fewer than ``limit`` events (caught up),
+    another sealer holds the lock, or ``budget_s`` has passed; how many events were
+    appended. What the beat runs: one pass alone would seal at most ``limit`` events per
+    beat interval, however many the ledger writes."""
+    deadline = time.monotonic() + budget_s
+    appended = 0
+    while True:
+        report = log_seal(limit=limit)
+        appended += report.appended
+        if report.busy or report.appended < limit or time.monotonic() >= deadline:
+            return appended
 
 
 def _lock() -> bool:

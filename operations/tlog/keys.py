@@ -3,7 +3,9 @@
 The Ed25519 private key is read from ``AUDIT_SIGNING_KEY_FILE`` (a PEM file, PKCS #8, as
 ``openssl genpkey -algorithm ed25519`` writes) or ``AUDIT_SIGNING_KEY`` (the same text in
 the environment) each time it is needed, never stored in the database and never
-printed. A refusal names the setting, never the key's text.
+printed. A refusal names the setting, never the key's text. The public key comes from
+``AUDIT_PUBLIC_KEY_FILE`` where it is set (the web servers that publish it need not hold
+the private key), else from the private key.
 """
 
 from pathlib import Path
@@ -65,8 +67,30 @@ def signing_key() -> Ed25519PrivateKey | None:
 
 
 def public_key() -> Ed25519PublicKey | None:
-    key = signing_key()
-    return key.public_key() if key is not None else None
+    """The key that verifies the checkpoints: ``AUDIT_PUBLIC_KEY_FILE`` (so that processes
+    that only publish or check it need not read the private key), or else the signing
+    key's; None when neither is configured."""
+    path = settings.AUDIT_PUBLIC_KEY_FILE
+    private = signing_key()
+    if not path:
+        return private.public_key() if private is not None else None
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise ImproperlyConfigured(
+            f"AUDIT_PUBLIC_KEY_FILE: {path} cannot be read ({exc.strerror})."
+        ) from exc
+    key = public_key_from_pem(data, source=f"AUDIT_PUBLIC_KEY_FILE ({path})")
+    if private is not None and _raw(private.public_key()) != _raw(key):
+        raise ImproperlyConfigured(
+            "AUDIT_PUBLIC_KEY_FILE is not the public key of the signing key "
+            "(AUDIT_SIGNING_KEY_FILE or AUDIT_SIGNING_KEY)."
+        )
+    return key
+
+
+def _raw(key: Ed25519PublicKey) -> bytes:
+    return key.public_bytes(Encoding.Raw, PublicFormat.Raw)
 
 
 def public_key_pem(key: Ed25519PublicKey) -> str:

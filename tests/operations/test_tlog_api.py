@@ -5,6 +5,7 @@ against the signed roots, who may ask for which, the refusals, and the public ke
 import base64
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.test import Client
 from guardian.shortcuts import assign_perm
 
@@ -258,6 +259,20 @@ def test_the_public_key_is_published_as_pem(db, settings, tmp_path):
     published = keys.public_key_from_pem(response.content, source="the well-known URL")
     assert notes.raw_public_key(published) == notes.raw_public_key(key.public_key())
     assert Client().post("/.well-known/effectgate-audit-key").status_code == 405
+    # A web server may publish it from the public key alone; a mismatch is refused.
+    public = tmp_path / "audit.pub"
+    public.write_text(keys.public_key_pem(key.public_key()))
+    settings.AUDIT_SIGNING_KEY_FILE = ""
+    settings.AUDIT_PUBLIC_KEY_FILE = str(public)
+    assert Client().get("/.well-known/effectgate-audit-key").content == response.content
+    other, _ = write_signing_key(tmp_path, "other.pem")
+    settings.AUDIT_SIGNING_KEY_FILE = str(other)
+    with pytest.raises(ImproperlyConfigured, match="not the public key of the signing key"):
+        keys.public_key()
+    misconfigured = Client().get("/.well-known/effectgate-audit-key")
+    assert _problem(misconfigured, 500, "internal_error")["detail"] == (
+        "The server's audit key is misconfigured."
+    )
 
 
 def test_the_webhook_body_is_the_documented_checkpoint(api, audit_key, settings):

@@ -314,7 +314,7 @@ def test_the_leaf_entry_is_rfc_8785_canonical_json_for_any_stream():
         general = canonical_json({"event": event, "hash": digest, "seq": seq, "stream": stream})
         assert leaves.entry(event=event, hash=digest, seq=seq, stream=stream) == general, stream
     # Beyond the integers every JSON reader holds exactly, both refuse alike.
-    with pytest.raises(ValueError, match="2\\*\\*53|integer|domain"):
+    with pytest.raises(ValueError, match="exceeds safe integer domain"):
         canonical_json({"event": 2**53, "hash": "x", "seq": 1, "stream": "s"})
-    with pytest.raises(ValueError, match="2\\*\\*53|integer|domain"):
+    with pytest.raises(ValueError, match="exceeds safe integer domain"):
         leaves.entry(event=2**53, hash="x", seq=1, stream="s")

@@ -350,3 +350,21 @@ def test_sealers_racing_writers_seal_each_event_once():
     assert errors == []
     seal_all()
     _assert_whole_log_matches_the_events()
+
+
+def test_the_beat_task_seals_pass_after_pass_until_caught_up(api, audit_key, settings):
+    from operations import tasks
+
+    _history(api)
+    _history(api)
+    appended = services.log_seal_due(budget_s=30, limit=3)
+    assert appended == LogLeaf.objects.count() >= 3
+    # Each pass that grew the tree signed a checkpoint of it.
+    assert Checkpoint.objects.count() >= appended // 3
+    seal_all()
+    _history(api)
+    settings.AUDIT_SEAL_EVERY_S = 5
+    before = LogLeaf.objects.count()
+    assert tasks.seal_audit_log() == LogLeaf.objects.count() - before
+    seal_all()
+    _assert_whole_log_matches_the_events()
