@@ -143,7 +143,8 @@ class InclusionView(AuditView):
         responses={200: InclusionProofOut, **_problems(400, 403, 404, 409)},
         tags=["audit"],
         description="The proof that the event is in the tree of `size` leaves (default: "
-        "the latest checkpoint's). 409 `not_sealed` while the sealer has not appended it.",
+        "the latest checkpoint's). 409 `not_sealed` while the sealer has not appended it; "
+        "404 for a size the log has not reached.",
     )
     def get(self, request: Request, event_id: int) -> Response:
         _known_only(request, {"size"})
@@ -171,10 +172,11 @@ class ConsistencyView(AuditView):
             OpenApiParameter("first", SIZE_SCHEMA, required=True),
             OpenApiParameter("second", SIZE_SCHEMA, required=True),
         ],
-        responses={200: ConsistencyProofOut, **_problems(400)},
+        responses={200: ConsistencyProofOut, **_problems(400, 404)},
         tags=["audit"],
         description="The proof that the tree of `first` leaves is a prefix of the tree of "
-        "`second` leaves (RFC 9162 §2.1.4): what a witness checks between two checkpoints.",
+        "`second` leaves (RFC 9162 §2.1.4): what a witness checks between two checkpoints. "
+        "404 for a size the log has not reached, or `first` larger than `second`.",
     )
     def get(self, request: Request) -> Response:
         _known_only(request, {"first", "second"})

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from approvals.people import Person
 
 from .. import access
-from ..errors import InvalidQuery, NotFound, NotSealed
+from ..errors import NotFound, NotSealed
 from ..models import Checkpoint, Event, LogLeaf, LogNode, Runner
 from ..tlog import merkle
 from ..tlog.merkle import Node, Range
@@ -69,11 +69,10 @@ def checkpoints_in_order() -> Iterable[Checkpoint]:
     return Checkpoint.objects.order_by("size").iterator(chunk_size=500)
 
 
-def _size_refusal(name: str, value: int, size: int) -> InvalidQuery:
-    must = f"Must be from 1 to the log's size, {size}."
-    return InvalidQuery(
-        f"The query parameter {name} is {value}, beyond the log: {must[0].lower()}{must[1:]}",
-        errors=[{"path": name, "message": must}],
+def _beyond(name: str, value: int, size: int) -> NotFound:
+    """A tree size the log has not reached: there is no such tree (yet) to prove in."""
+    return NotFound(
+        f"The log holds {size} leaves: there is no tree of {value} ({name}) to prove in yet."
     )
 
 
@@ -93,12 +92,12 @@ class InclusionProof:
 
 
 def inclusion_proof(*, event: Event, size: int | None = None) -> InclusionProof:
-    """The proof that ``event``'s leaf is in the tree of ``size`` leaves (by default the
-    latest checkpoint's)."""
+    """The proof that ``event``'s leaf is in the tree of ``size`` leaves (at least 1; by
+    default the latest checkpoint's)."""
     tree = log_size()
     size = _default_size() if size is None else size
-    if not 1 <= size <= tree:
-        raise _size_refusal("size", size, tree)
+    if size > tree:
+        raise _beyond("size", size, tree)
     leaf = LogLeaf.objects.filter(event_id=event.pk).values_list("index", flat=True).first()
     if leaf is None or leaf >= size:
         where = "yet" if leaf is None else f"at size {size}: it is leaf {leaf}"
@@ -111,16 +110,15 @@ def inclusion_proof(*, event: Event, size: int | None = None) -> InclusionProof:
 
 
 def consistency_proof(*, first: int, second: int) -> list[bytes]:
-    """The proof that the tree of ``first`` leaves is a prefix of the tree of ``second``."""
+    """The proof that the tree of ``first`` leaves (at least 1) is a prefix of the tree of
+    ``second``."""
     tree = log_size()
-    for name, value in (("first", first), ("second", second)):
-        if not 1 <= value <= tree:
-            raise _size_refusal(name, value, tree)
+    if second > tree:
+        raise _beyond("second", second, tree)
     if first > second:
-        raise InvalidQuery(
-            f"The query parameter first ({first}) is larger than second ({second}): a "
-            "consistency proof goes from a smaller tree to a larger one.",
-            errors=[{"path": "first", "message": "Must be at most second."}],
+        raise NotFound(
+            f"No consistency proof goes from {first} leaves to {second}: a tree is proved a "
+            "prefix of a larger one (first at most second)."
         )
     return log_range_hashes(merkle.consistency_ranges(first, second))
 

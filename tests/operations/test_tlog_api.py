@@ -117,9 +117,11 @@ def test_a_proof_for_a_smaller_tree_and_the_refusals_of_sizes(api, audit_key):
     )
     body = _problem(api.get(inclusion, {"size": leaf}), 409, "not_sealed")
     assert f"it is leaf {leaf}" in body["detail"]
-    for bad in (str(size + 1), "0", "-1", "x", "1" * 30):
+    for bad in ("0", "-1", "x", "1" * 30):
         body = _problem(api.get(inclusion, {"size": bad}), 400, "invalid_request")
         assert body["errors"][0]["path"] == "size"
+    beyond = _problem(api.get(inclusion, {"size": size + 1}), 404, "not_found")
+    assert f"The log holds {size} leaves: there is no tree of {size + 1}" in beyond["detail"]
     _problem(api.get(inclusion, {"sise": 1}), 400, "invalid_request")
 
 
@@ -207,15 +209,19 @@ def test_consistency_between_two_checkpoints_verifies(api, other_api, audit_key)
     )
     same = other_api.get("/api/v1/audit/consistency", {"first": 3, "second": 3}).json()
     assert same["hashes"] == []
-    for query, path in (
-        ({"first": second["size"], "second": first["size"]}, "first"),
-        ({"first": 1, "second": second["size"] + 1}, "second"),
-        ({"first": 0, "second": 2}, "first"),
-        ({"second": 2}, "first"),
-        ({"first": 1}, "second"),
-    ):
+    for query, path in (({"first": 0, "second": 2}, "first"), ({"second": 2}, "first")):
         body = _problem(other_api.get("/api/v1/audit/consistency", query), 400, "invalid_request")
         assert body["errors"][0]["path"] == path
+    body = _problem(
+        other_api.get("/api/v1/audit/consistency", {"first": 1}), 400, "invalid_request"
+    )
+    assert body["errors"][0]["path"] == "second"
+    backwards = {"first": second["size"], "second": first["size"]}
+    body = _problem(other_api.get("/api/v1/audit/consistency", backwards), 404, "not_found")
+    assert "first at most second" in body["detail"]
+    beyond = {"first": 1, "second": second["size"] + 1}
+    body = _problem(other_api.get("/api/v1/audit/consistency", beyond), 404, "not_found")
+    assert f"no tree of {second['size'] + 1} (second)" in body["detail"]
     _problem(
         Client().get("/api/v1/audit/consistency", {"first": 1, "second": 2}),
         401,
