@@ -101,6 +101,8 @@ def public_key_pem(key: Ed25519PublicKey) -> str:
 def log_origin() -> str:
     """The log's origin, the first line of every checkpoint and its key's name."""
     origin = settings.AUDIT_LOG_ORIGIN
+    if len(origin) > 255:
+        raise ImproperlyConfigured("AUDIT_LOG_ORIGIN: at most 255 characters.")
     try:
         return check_key_name(origin)
     except NoteError as exc:

@@ -167,6 +167,11 @@ def test_a_key_that_is_not_ed25519_is_refused_without_showing_it(api, settings, 
     settings.AUDIT_SIGNING_KEY_FILE = str(tmp_path / "missing.pem")
     with pytest.raises(ImproperlyConfigured, match="cannot be read"):
         services.log_seal()
+    settings.AUDIT_SIGNING_KEY_FILE = ""
+    for origin in ("has space/log", "a+b/log", "x" * 256):
+        settings.AUDIT_LOG_ORIGIN = origin
+        with pytest.raises(ImproperlyConfigured, match="AUDIT_LOG_ORIGIN"):
+            services.log_seal()
     assert not LogLeaf.objects.exists()
 
 
