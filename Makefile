@@ -95,8 +95,9 @@ sweep: $(STAMP)
 # and through Effectgate under the same seeded faults; PostgreSQL when DATABASE_URL is
 # set (a database of its own, effectgate_chaos), else SQLite. bench: the lifecycle
 # through the API against its essential statements, claim contention, intent hashing,
-# pages and sweeps at SIZES (PostgreSQL); BENCH_ARGS='--only lifecycle' for the first
-# alone (about a minute), '--only review' for a person's time in the console (chromium).
+# pages and sweeps at SIZES, the transparency log's sealer (PostgreSQL);
+# BENCH_ARGS='--only lifecycle' for the first alone (about a minute), '--only review' for
+# a person's time in the console (chromium), '--only seal' for the sealer's cost.
 # soak: processes killed at random (docs/operations.md).
 # bench-decide: keystrokes and seconds of one and ten approvals
 # from the keyboard, before and after the console's keys (chromium, a fresh database).

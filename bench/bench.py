@@ -3,6 +3,7 @@
     python -m bench.bench [--only lifecycle] [--threads 8] [--lifecycles 320]
                           [--sizes 10000,1000000] [--database effectgate_bench]
                           [--review-requests 10] [--review-unknowns 5]
+                          [--seal-events 100000] [--seal-batch 10000]
 
 a. The lifecycle a runner goes through for every side effect (register with an inline
    claim, then post the outcome) three ways on the same database, K client threads
@@ -31,6 +32,10 @@ h. A person's time in the console: a reviewer deciding 10 approval requests one 
    and 10 in bulk, support resolving 5 unknown outcomes, in keystrokes, clicks and
    seconds, through Debian's chromium (``bench.review_speed``, on a database of its own:
    ``--database`` with ``_review``).
+
+i. The transparency log's sealer: ``--seal-events`` events written, then appended to the
+   log ``--seal-batch`` at a time with a checkpoint signed after each pass, in wall and
+   CPU time per 10,000 events; and the proofs read at that size (``bench.seal``).
 
 ``--only lifecycle`` runs a and e alone (about a minute); ``--only`` repeats. PostgreSQL
 only (the raw-psycopg paths need it): a fresh database (``--database``, default
@@ -62,13 +67,14 @@ from . import lifecycle as lifecycle_part
 from . import parallel as parallel_part
 from . import policies as policies_part
 from . import review_speed as review_part
+from . import seal as seal_part
 from .stack import VAR, Stack, fresh_database, is_postgres
 from .timing import latency_ms
 
 DEFAULT_SERVER = "postgres://postgres@127.0.0.1:5432/postgres"
 TOOL = "bench_refund"
 HOT_TOOL = "bench_hot_resource"
-PARTS = ("lifecycle", "contention", "hashing", "policies", "scale", "review")
+PARTS = ("lifecycle", "contention", "hashing", "policies", "scale", "review", "seal")
 LOOKUP_TOOL = "bench_lookup"
 SCHEMA = {
     "type": "object",
@@ -362,6 +368,10 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--review-unknowns", type=int, default=5, help="unknown outcomes to resolve (h)"
     )
+    parser.add_argument(
+        "--seal-events", type=int, default=100_000, help="events the sealer appends (i)"
+    )
+    parser.add_argument("--seal-batch", type=int, default=10_000, help="events per pass (i)")
     parser.add_argument("--gunicorn-workers", type=int, default=2)
     parser.add_argument("--gunicorn-threads", type=int, default=4)
     parser.add_argument(
@@ -452,8 +462,10 @@ def main(argv: list[str] | None = None) -> int:
     import django
 
     django.setup()
-    # Every part but hashing and review uses the bench's database, served or in-process.
-    token = _served_parts(args, parts, url, report) if parts - {"hashing", "review"} else ""
+    # Every part but hashing, review and seal uses the bench's database served or in-process
+    # (the sealer's runs in-process on it, after the others).
+    in_process = {"hashing", "review", "seal"}
+    token = _served_parts(args, parts, url, report) if parts - in_process else ""
     if "hashing" in parts:
         print("(c) intent hashing", file=sys.stderr)
         report["intent_hash"] = hashing()
@@ -475,6 +487,11 @@ def main(argv: list[str] | None = None) -> int:
             requests=args.review_requests,
             unknowns=args.review_unknowns,
         )
+
+    if "seal" in parts:
+        print("(i) the transparency log's sealer", file=sys.stderr)
+        report["seal"] = seal_part.measure(events=args.seal_events, batch=args.seal_batch)
+        report["sealer_ms_per_10000_events"] = report["seal"]["ms_per_10000_events"]
 
     report["machine"]["load_average_at_end"] = [round(load, 2) for load in os.getloadavg()]
     if "lifecycle" in parts:
@@ -539,6 +556,8 @@ def summary(report: dict[str, Any]) -> str:
     if "review" in report:
         lines.append("(h) a person's time in the console, one run:")
         lines += ["    " + line for line in review_part.summary(report["review"])]
+    if "seal" in report:
+        lines += seal_part.table(report["seal"])
     return "\n".join(lines)
 
 

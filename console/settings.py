@@ -440,6 +440,16 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, Any]] = {
     "remind-approvers": {"task": "operations.tasks.remind_approvers", "schedule": 30.0},
     "prune-notices": {"task": "operations.tasks.prune_notices", "schedule": 3600.0},
 }
+# The sealer (operations/services/seal.py) appends new events to the transparency log and
+# signs a checkpoint this often; 0 leaves it to `manage.py audit seal` (cron, by hand).
+AUDIT_SEAL_EVERY_S = float(os.environ.get("AUDIT_SEAL_EVERY_S", "10"))
+if AUDIT_SEAL_EVERY_S < 0:
+    raise ImproperlyConfigured(f"AUDIT_SEAL_EVERY_S: {AUDIT_SEAL_EVERY_S} is negative")
+if AUDIT_SEAL_EVERY_S:
+    CELERY_BEAT_SCHEDULE["seal-audit-log"] = {
+        "task": "operations.tasks.seal_audit_log",
+        "schedule": AUDIT_SEAL_EVERY_S,
+    }
 # Beat intervals are short and every task is idempotent: a late copy only finds nothing.
 for _entry in CELERY_BEAT_SCHEDULE.values():
     _entry["options"] = {"expires": max(_entry["schedule"], 10.0)}
@@ -664,6 +674,21 @@ OTP_ADMIN_HIDE_SENSITIVE_DATA = True
 # migrate, without migration files. SQLite has no such triggers.
 PGTRIGGER_MIGRATIONS = False
 PGTRIGGER_INSTALL_ON_MIGRATE = True
+
+# The transparency log (docs/security.md, Audit integrity): checkpoints signed with an
+# Ed25519 private key in PEM (`openssl genpkey -algorithm ed25519 -out audit.pem`), read
+# from this file or, for platforms that only pass environment variables, from the
+# variable's text; never stored in the database. Without either, the sealer still
+# appends events to the log but signs no checkpoint.
+AUDIT_SIGNING_KEY_FILE = os.environ.get("AUDIT_SIGNING_KEY_FILE", "").strip()
+AUDIT_SIGNING_KEY = os.environ.get("AUDIT_SIGNING_KEY", "").strip()
+# Its public key in PEM (`openssl pkey -in audit.pem -pubout`), for processes that publish
+# or check it without holding the private key; by default derived from the private key.
+AUDIT_PUBLIC_KEY_FILE = os.environ.get("AUDIT_PUBLIC_KEY_FILE", "").strip()
+# The log's name: the first line of every checkpoint and the signing key's name.
+AUDIT_LOG_ORIGIN = os.environ.get("AUDIT_LOG_ORIGIN", "").strip() or (
+    f"{(urlsplit(CONSOLE_BASE_URL).netloc.rpartition('@')[2]) or 'localhost'}/effectgate-audit"
+)
 
 # ---------------------------------------------------------------------------------------
 # Single sign-on with OpenID Connect (console/sso.py, docs/deployment.md). Off unless

@@ -4,7 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from console import slack, sso
 from console.views import health
-from operations.http import problems
+from operations.http import audit, problems
 from operations.http import views as api
 
 urlpatterns = [
@@ -19,6 +19,8 @@ urlpatterns = [
     path("oidc/callback/", sso.SignInCallback.as_view(), name="oidc_authentication_callback"),
     # Slack's interactivity URL (console/slack.py): 404 while Slack is not configured.
     path("integrations/slack/interactions", slack.interactions, name="slack-interactions"),
+    # The transparency log's public key (docs/security.md), for anyone who keeps checkpoints.
+    path(".well-known/effectgate-audit-key", audit.audit_key, name="audit-key"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api.urlpatterns)),
     path(

@@ -84,6 +84,20 @@ def runner_may_invoke(runner: Runner, tool: Tool) -> bool:
     return bool(runner.service_user.has_perm(INVOKE, tool))
 
 
+def runner_event_filter(runner: Runner) -> Q:
+    """The events whose inclusion in the transparency log a runner may ask to prove:
+    those of its own operations and runs, of its own stream (``runner:<id>``) and of the
+    contract streams of the tools it owns. Any other event answers ``not_found``, as an
+    operation of another runner does."""
+    tools = Tool.objects.filter(owner_id=runner.pk).values_list("name", flat=True)
+    return (
+        Q(operation__runner_id=runner.pk)
+        | Q(run__runner_id=runner.pk)
+        | Q(stream=f"runner:{runner.pk}")
+        | Q(stream__in=[f"tool:{name}" for name in tools])
+    )
+
+
 def invoking_runners(tool: Tool) -> QuerySet[Runner]:
     """Every runner that may invoke ``tool`` now, active or not (``runner_may_invoke``
     of each, in one query): its owner unless restricted, and those whose service user

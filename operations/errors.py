@@ -211,3 +211,10 @@ class RateLimited(DomainError):
     ``retry_after_ms`` and ``Retry-After``: when the count starts again)."""
 
     code, status, title = "rate_limited", 429, "Too many requests"
+
+
+class NotSealed(DomainError):
+    """The event is not in the transparency log at the size asked for: the sealer appends
+    committed events within seconds (``AUDIT_SEAL_EVERY_S``)."""
+
+    code, status, title = "not_sealed", 409, "The event is not in the log at that size yet"

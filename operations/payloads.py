@@ -3,12 +3,13 @@ no HTTP layer.
 
 The runner API (``serializers.OperationOut``, ``ApprovalOut``, ``AttemptOut`` and
 ``ToolOut`` render through these functions) and the webhook outbox
-(``services.core.outbox_enqueue``) publish the same bodies, built once here, so the
-write layer never imports serializers. The serializers only describe the fields, for
-the OpenAPI document; tests/operations/test_bodies.py checks every answer and webhook
-against that document, key by key.
+(``services.core.outbox_enqueue``) publish the same bodies, built once here (the log's
+checkpoints too), so the write layer never imports serializers. The serializers only
+describe the fields, for the OpenAPI document; tests/operations/test_bodies.py checks
+every answer and webhook against that document, key by key.
 """
 
+import base64
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +19,7 @@ from approvals.models import ApprovalRequest, Decision, StandingGrant
 from approvals.selectors import request_latest
 
 from .machine import allowed_next_actions
-from .models import Attempt, Operation, ToolVersion
+from .models import Attempt, Checkpoint, Operation, ToolVersion
 
 
 def iso(value: datetime | None) -> str | None:
@@ -156,4 +157,21 @@ def tool_version(version: ToolVersion) -> dict[str, Any]:
         "active": tool.active_version_id == version.pk,
         "weakens": list(version.weakens),
         "created_at": iso(version.created_at),
+    }
+
+
+def b64(digest: bytes) -> str:
+    """A hash as the transparency log's bodies write it: standard base64, padded."""
+    return base64.b64encode(bytes(digest)).decode()
+
+
+def checkpoint(checkpoint: Checkpoint) -> dict[str, Any]:
+    """A signed checkpoint of the transparency log (the API's and ``audit.checkpoint``'s
+    body): what ``note``, the C2SP signed note, says, and the note itself."""
+    return {
+        "size": checkpoint.size,
+        "root": b64(checkpoint.root),
+        "time": iso(checkpoint.time),
+        "origin": checkpoint.origin,
+        "note": checkpoint.note,
     }

@@ -80,5 +80,12 @@ def remind_approvers() -> int:
 
 
 @shared_task(**IDEMPOTENT)
+def seal_audit_log() -> int:
+    """Append committed events to the transparency log and sign checkpoints, until it
+    has caught up or the interval to the next run has passed."""
+    return services.log_seal_due(budget_s=settings.AUDIT_SEAL_EVERY_S or 10.0)
+
+
+@shared_task(**IDEMPOTENT)
 def prune_notices() -> int:
     return services.notices_prune(older_than=timedelta(days=settings.NOTICE_RETENTION_DAYS))

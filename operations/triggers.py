@@ -1,7 +1,8 @@
 """Append-only audit tables, enforced by PostgreSQL (django-pgtrigger).
 
 Events, approval decisions, standing grants' signatures, reconciliation resolutions and
-their reviews are the record of who did what; the application only ever inserts them. A
+their reviews are the record of who did what, and the transparency log's leaves, subtree
+hashes and checkpoints what was signed of it; the application only ever inserts them. A
 row-level trigger on each table refuses UPDATE and DELETE, so a bug, a careless admin
 action or an injected query through the application's connection cannot rewrite history
 in place. A statement-level trigger refuses TRUNCATE, which fires no row-level trigger
@@ -34,6 +35,10 @@ APPEND_ONLY_MODELS = (
     "operations.ResolutionReview",
     "approvals.Decision",
     "approvals.StandingGrantSignature",
+    # The transparency log (docs/security.md): its leaves, subtree hashes and checkpoints.
+    "operations.LogLeaf",
+    "operations.LogNode",
+    "operations.Checkpoint",
 )
 TRIGGER_NAME = "append_only"
 TRUNCATE_TRIGGER_NAME = "no_truncate"

@@ -13,6 +13,7 @@ from rest_framework.test import APIClient
 
 from operations import services
 from tests.support import runtime_role
+from tests.support.audit_log import write_signing_key
 from tests.support.collection import deselected_whole
 from tests.support.fake_slack import FakeSlack
 
@@ -164,6 +165,16 @@ def api(db) -> Api:
 @pytest.fixture
 def other_api(db) -> Api:
     return make_runner()
+
+
+@pytest.fixture
+def audit_key(settings, tmp_path):
+    """An Ed25519 signing key for the transparency log, in a file the settings name
+    (AUDIT_SIGNING_KEY_FILE); yields the private key."""
+    path, key = write_signing_key(tmp_path)
+    settings.AUDIT_SIGNING_KEY_FILE = str(path)
+    settings.AUDIT_SIGNING_KEY = ""
+    return key
 
 
 @pytest.fixture

@@ -23,6 +23,11 @@
    or a rewritten chain no longer gives the same string, while events appended since
    do not change it.
 
+4. ``log_verify``: the transparency log (``tlog``): every checkpoint's signature, its
+   root recomputed from the events as they are now, and the consistency between
+   consecutive checkpoints. What a witness kept of the checkpoints holds the log to
+   them from outside the database.
+
 The management command ``audit`` runs these (``audit verify``, ``audit anchor``).
 """
 
@@ -36,15 +41,21 @@ from .chains import (
     chains_verify_rows,
 )
 from .state import Unexplained, state_verify
+from .tlog import LogFault, LogReport, archived_leaves, log_verify, witnessed_checkpoint
 
 __all__ = [
     "ANCHOR_PREFIX",
     "Anchor",
     "ChainBreak",
     "ChainReport",
+    "LogFault",
+    "LogReport",
     "MacFault",
     "Unexplained",
+    "archived_leaves",
     "chains_verify",
     "chains_verify_rows",
+    "log_verify",
     "state_verify",
+    "witnessed_checkpoint",
 ]

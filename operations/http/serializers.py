@@ -171,6 +171,8 @@ EVENT_TYPES = [
     "standing_grant.issued",
     "standing_grant.used",
     "standing_grant.revoked",
+    # A new signed checkpoint of the transparency log (services.seal), to every runner.
+    "audit.checkpoint",
 ]
 
 
@@ -368,6 +370,10 @@ class HeartbeatOut(serializers.Serializer):
 
 
 class EventOut(serializers.Serializer):
+    id = serializers.IntegerField(
+        help_text="The event's id in the ledger: what GET /audit/events/{event_id}/inclusion "
+        "proves in the transparency log."
+    )
     seq = serializers.IntegerField()
     kind = serializers.CharField()
     # Published as "from" and "to" (get_fields): "from" is a Python keyword.
@@ -541,3 +547,45 @@ def tool_result(op: Operation) -> dict[str, Any]:
             status=op.status, now=timezone.now(), not_before=op.not_before
         ),
     }
+
+
+# --- the transparency log ---------------------------------------------------------------
+
+
+class CheckpointOut(serializers.Serializer):
+    """A signed checkpoint (``payloads.checkpoint``): what ``note`` says, and the note."""
+
+    size = serializers.IntegerField(help_text="The number of leaves (events) in the tree.")
+    # The metaclass moves fields off the class: this one does not hide Field.root.
+    root = serializers.CharField(  # type: ignore[assignment]
+        help_text="The tree's root hash (RFC 9162), base64."
+    )
+    time = serializers.DateTimeField(help_text="When it was signed, to the second.")
+    origin = serializers.CharField(help_text="The log's name, and its key's.")
+    note = serializers.CharField(
+        help_text="The C2SP signed note: the checkpoint's text, an empty line, the "
+        "Ed25519 signature line. Keep it: it verifies with the published key alone."
+    )
+
+    def to_representation(self, checkpoint: Any) -> dict[str, Any]:
+        return payloads.checkpoint(checkpoint)
+
+
+class InclusionProofOut(serializers.Serializer):
+    event = serializers.IntegerField()
+    leaf_index = serializers.IntegerField(help_text="The event's leaf in the log, from 0.")
+    size = serializers.IntegerField(help_text="The tree size the proof is for.")
+    hashes = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The inclusion path of RFC 9162 §2.1.3, each hash base64, from the leaf's "
+        "sibling up.",
+    )
+
+
+class ConsistencyProofOut(serializers.Serializer):
+    first = serializers.IntegerField()
+    second = serializers.IntegerField()
+    hashes = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The consistency proof of RFC 9162 §2.1.4, each hash base64.",
+    )

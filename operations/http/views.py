@@ -14,7 +14,7 @@ from .. import params, payloads, selectors, services
 from ..errors import InvalidQuery, NotFound, OperationKeyRequired
 from ..machine import Status
 from ..models import Runner, RunnerToken
-from . import openapi
+from . import audit, openapi
 from .serializers import (
     ApprovalDetailOut,
     AttemptOut,
@@ -552,4 +552,8 @@ urlpatterns = [
     path("webhook-endpoints", WebhookEndpointListView.as_view()),
     path("webhook-endpoints/<str:endpoint_id>", WebhookEndpointDetailView.as_view()),
     path("webhook-endpoints/<str:endpoint_id>/rotate-secret", WebhookSecretRotateView.as_view()),
+    path("audit/checkpoints/latest", audit.CheckpointLatestView.as_view()),
+    path("audit/checkpoints/<count:size>", audit.CheckpointDetailView.as_view()),
+    path("audit/events/<count:event_id>/inclusion", audit.InclusionView.as_view()),
+    path("audit/consistency", audit.ConsistencyView.as_view()),
 ]

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('operations', '0018_notices'),
+        ('operations', '0019_transparency_log'),
     ]
 
     operations = [

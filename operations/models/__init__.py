@@ -620,8 +620,8 @@ class SavedView(models.Model):
         return f"{self.user} {self.list_name}: {self.name}"
 
 
-# People's policies, in a module of their own; imported here so that Django and every
-# ``from operations.models import ...`` find them.
+# People's policies, notifications and the transparency log, in modules of their own;
+# imported here so that Django and every ``from operations.models import ...`` find them.
 from .notifications import Notice as Notice  # noqa: E402
 from .notifications import NoticeDelivery as NoticeDelivery  # noqa: E402
 from .notifications import NotificationPreference as NotificationPreference  # noqa: E402
@@ -632,3 +632,6 @@ from .policies import Policy as Policy  # noqa: E402
 from .policies import PolicyShadowTally as PolicyShadowTally  # noqa: E402
 from .policies import PolicyVersion as PolicyVersion  # noqa: E402
 from .policies import PolicyWindowEntry as PolicyWindowEntry  # noqa: E402
+from .tlog import Checkpoint as Checkpoint  # noqa: E402
+from .tlog import LogLeaf as LogLeaf  # noqa: E402
+from .tlog import LogNode as LogNode  # noqa: E402

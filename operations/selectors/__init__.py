@@ -2,6 +2,7 @@
 
 ``runner``: what a runner may read (its own objects). ``people``: what a person may
 read, filtered through ``operations.access``. ``dashboard``: bounded figures.
+``tlog``: the transparency log's roots, proofs and checkpoints.
 """
 
 from .dashboard import (
@@ -83,6 +84,21 @@ from .runner import (
     webhook_endpoint_get_for_runner,
     webhook_endpoints_for_runner,
 )
+from .tlog import (
+    InclusionProof,
+    checkpoint_get,
+    checkpoint_latest,
+    checkpoints_in_order,
+    consistency_proof,
+    event_get_for_runner,
+    event_get_for_user,
+    inclusion_proof,
+    log_last_leaf,
+    log_node_hashes,
+    log_range_hashes,
+    log_root,
+    log_size,
+)
 
 __all__ = [
     "APPROVAL_AGE_BUCKETS",
@@ -92,6 +108,7 @@ __all__ = [
     "STALE_AFTER",
     "UNRESOLVED",
     "Brief",
+    "InclusionProof",
     "MoneyAtStake",
     "Signal",
     "StakeState",
@@ -100,16 +117,28 @@ __all__ = [
     "approval_get_for_runner",
     "approval_get_for_user",
     "audit_events",
+    "checkpoint_get",
+    "checkpoint_latest",
+    "checkpoints_in_order",
+    "consistency_proof",
     "dashboard_approval_latency",
     "dashboard_backlog",
     "dashboard_money_at_stake",
     "dashboard_pending_ages",
     "dashboard_states",
     "dashboard_unknown_rate",
+    "event_get_for_runner",
+    "event_get_for_user",
     "events_for_operation",
     "events_for_user",
     "inbound_events_for_user",
+    "inclusion_proof",
     "lands_on_queue",
+    "log_last_leaf",
+    "log_node_hashes",
+    "log_range_hashes",
+    "log_root",
+    "log_size",
     "nav_counts",
     "operation_get_for_runner",
     "operation_get_for_user",

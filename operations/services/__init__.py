@@ -65,6 +65,7 @@ from .runners import (
 )
 from .runs import run_cancel, run_create
 from .saved_views import saved_view_delete, saved_view_save
+from .seal import SealReport, log_seal, log_seal_due
 from .slack import (
     slack_decision_refused,
     slack_interaction_answered,
@@ -108,6 +109,7 @@ __all__ = [
     "Actor",
     "InboundReceipt",
     "Registration",
+    "SealReport",
     "StandingTerms",
     "SweepReport",
     "ToolRegistration",
@@ -129,6 +131,8 @@ __all__ = [
     "inbound_apply_pending",
     "inbound_receive",
     "lease_expire_due",
+    "log_seal",
+    "log_seal_due",
     "notice_claim",
     "notice_delivery_claim",
     "notice_delivery_finish",

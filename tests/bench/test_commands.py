@@ -63,7 +63,7 @@ def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
             f"--database {_database('bench')} --json {figures} --lifecycles 40 --threads 2 "
             "--parallel-threads 4 --parallel-rounds 2 --hot-threads 4 --hot-rounds 2 "
             "--policy-operations 2000 --policy-registrations 20 "
-            "--review-requests 2 --review-unknowns 1"
+            "--review-requests 2 --review-unknowns 1 --seal-events 20000"
         ),
     )
     output = done.stdout + done.stderr
@@ -76,6 +76,7 @@ def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
         "policies",
         "review",
         "scale",
+        "seal",
     ]
 
     life = report["lifecycle"]
@@ -122,9 +123,16 @@ def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
         "sequential scans of tables over 100,000 rows: none",
         "(h) a person's time in the console, one run:",
         "support, unknown outcomes (1 of 1 done)",
+        "(i) the sealer, ",
+        " ms per 10,000 events (",
         f"written to {figures}",
     ):
         assert line in output, line
+    seal = report["seal"]
+    assert seal["events"] >= 20000
+    assert sum(p["events"] for p in seal["passes"]) == seal["events"]
+    assert all(p["signed"] for p in seal["passes"])
+    assert report["sealer_ms_per_10000_events"] > 0
     assert "the replica's statement count differs" not in output
     assert "event chain head on the row was" not in output
 

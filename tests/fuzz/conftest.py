@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 
 from operations import hosts, services
-from operations.models import Operation
+from operations.models import Event, LogLeaf, Operation
 from tests.approvals.conftest import person
 from tests.conftest import Api, contract, make_runner
+from tests.support.audit_log import seal_all
 from tests.support.world import Direct
 
 
@@ -26,6 +27,9 @@ class Known:
     name: list[str] = field(default_factory=list)
     runner_name: list[str] = field(default_factory=list)
     number: list[int] = field(default_factory=lambda: [1, 2, 3])
+    # The transparency log: events in it (this runner's and another's), and tree sizes.
+    event_id: list[int] = field(default_factory=list)
+    size: list[int] = field(default_factory=lambda: [1, 2, 3])
 
     def values(self) -> dict[str, list[Any]]:
         return {
@@ -37,6 +41,8 @@ class Known:
             "tool": self.name,
             "runner_name": self.runner_name,
             "number": self.number,
+            "event_id": self.event_id,
+            "size": self.size,
         }
 
 
@@ -107,6 +113,12 @@ def build_world() -> Known:
     theirs = other.register(other.run(), "theirs")
     known.operation_id.append(theirs["id"])
     person(username="fuzz-person")
+    # Sealed, so that inclusion proofs reach the log (a checkpoint, where a key is set).
+    seal_all()
+    known.event_id.extend(
+        Event.objects.filter(stream__in=[done["id"], theirs["id"]]).values_list("pk", flat=True)
+    )
+    known.size.append(LogLeaf.objects.count())
     return known
 
 

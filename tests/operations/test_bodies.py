@@ -24,6 +24,7 @@ from operations import payloads, services
 from operations.models import Operation, OutboxMessage
 from tests.approvals.conftest import person
 from tests.conftest import REFUND_SCHEMA, contract
+from tests.support.audit_log import seal_all
 
 METHODS = {"get", "put", "post", "patch", "delete"}
 JSON = "application/json"
@@ -252,8 +253,35 @@ def _inbound(document: Document, op: dict[str, Any], capsys) -> None:
     assert document.answer(response, "post", "/inbound/{tool}")["operation"] == op["id"]
 
 
+def _audit(document: Document, api, op: dict[str, Any]) -> None:
+    """The transparency log's answers, once the sealer signed two checkpoints."""
+    seal_all()
+    first = document.answer(
+        api.get("/api/v1/audit/checkpoints/latest"), "get", "/audit/checkpoints/latest"
+    )
+    api.run()
+    seal_all()
+    second = document.answer(
+        api.get("/api/v1/audit/checkpoints/latest"), "get", "/audit/checkpoints/latest"
+    )
+    document.answer(
+        api.get(f"/api/v1/audit/checkpoints/{first['size']}"), "get", "/audit/checkpoints/{size}"
+    )
+    event = api.get(f"/api/v1/operations/{op['id']}/events").json()[0]["id"]
+    document.answer(
+        api.get(f"/api/v1/audit/events/{event}/inclusion"),
+        "get",
+        "/audit/events/{event_id}/inclusion",
+    )
+    document.answer(
+        api.get("/api/v1/audit/consistency", {"first": first["size"], "second": second["size"]}),
+        "get",
+        "/audit/consistency",
+    )
+
+
 def test_every_answer_has_exactly_the_keys_its_schema_in_the_document_describes(
-    api, other_api, settings, capsys
+    api, other_api, settings, capsys, audit_key
 ):
     settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
     document = Document()
@@ -289,6 +317,7 @@ def test_every_answer_has_exactly_the_keys_its_schema_in_the_document_describes(
     _compensate_and_refuse_a_claim(document, api, run)
     _webhook_endpoints(document, api)
     _inbound(document, successor, capsys)
+    _audit(document, api, successor)
     document.answer(api.get("/api/v1/operations"), "get", "/operations")
     document.answer(api.post(f"/api/v1/runs/{run}/cancel"), "post", "/runs/{run_id}/cancel")
 

@@ -24,11 +24,21 @@ from operations import audit, services
 from operations.canonical import sha256_hex
 from operations.dbroles import as_owner
 from operations.errors import NotUnknown
-from operations.models import Event, Operation, Policy, Resolution, Run, Tool, ToolVersion
+from operations.models import (
+    Event,
+    LogLeaf,
+    Operation,
+    Policy,
+    Resolution,
+    Run,
+    Tool,
+    ToolVersion,
+)
 from operations.payloads import iso
 from operations.triggers import APPEND_ONLY_MODELS, ignored, trigger_uris, truncate_trigger_uris
 from tests.approvals.conftest import person
 from tests.conftest import contract, make_runner
+from tests.support.audit_log import seal_all
 
 from .conftest import audit_verify, on_postgresql, postgresql_only, steward
 
@@ -882,8 +892,9 @@ def test_an_emptied_events_table_fails_because_operations_are_unexplained(api):
 
 
 @postgresql_only
-def test_truncate_is_refused_on_every_audit_table(api):
+def test_truncate_is_refused_on_every_audit_table(api, audit_key):
     _rich_ledger(api)
+    seal_all()  # the transparency log's leaves, subtree hashes and a checkpoint
     before = {label: apps.get_model(label).objects.count() for label in APPEND_ONLY_MODELS}
     assert all(before.values())
     tables = [apps.get_model(label)._meta.db_table for label in APPEND_ONLY_MODELS]
@@ -914,9 +925,12 @@ def test_truncate_is_refused_on_every_audit_table(api):
 def test_flush_still_empties_the_database_and_the_triggers_stay():
     """The test runner flushes between transactional tests (this one included)."""
     _pending(make_runner())
+    seal_all()
+    assert LogLeaf.objects.exists()
     call_command("flush", interactive=False, verbosity=0)
     assert not Event.objects.exists()
     assert not Operation.objects.exists()
+    assert not LogLeaf.objects.exists()
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'pgtrigger_no_trunc%%'")
         assert cursor.fetchone()[0] == len(APPEND_ONLY_MODELS)

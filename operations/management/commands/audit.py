@@ -9,7 +9,11 @@
    rewritten chain no longer matches, while events appended since do not matter;
 3. checks that the ledger state follows from the events (``audit.state_verify``): the
    first decision, grant, approval request, resolution, review, operation, run or tool
-   that no event explains is named with what is missing.
+   that no event explains is named with what is missing;
+4. checks the transparency log (``audit.log_verify``): every stored checkpoint's
+   signature with the configured key (or ``--audit-key PEM_FILE``), its root recomputed
+   from the events as they are now, the consistency between consecutive checkpoints,
+   and that no event the sealer is past was left out; the first fault is named.
 
 With the event keys (``AUDIT_EVENT_KEY`` and ``AUDIT_EVENT_OLD_KEYS``, or
 ``--event-key-file FILE``), step 1 also checks every event's MAC and names the first
@@ -18,7 +22,8 @@ application holding the key. Without a key it says the MACs were not checked.
 
 Exits 1 when any of these fails. ``audit anchor`` prints an anchor of the chains as
 they stood ``--lag`` seconds ago (default ten minutes, so that transactions still open
-now are not half in it), after checking that every chain verifies.
+now are not half in it), after checking that every chain verifies. ``audit seal`` runs
+the sealer once (``services.log_seal``): what the beat does every ``AUDIT_SEAL_EVERY_S``.
 
 ``audit mac`` counts the events without a MAC; ``audit mac --backfill`` gives those
 written before the key was set their MAC under the current key, as the owner
@@ -29,16 +34,28 @@ from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Max
 from django.utils import timezone
 
-from operations.audit import Anchor, chains_verify, state_verify
+from operations import services
+from operations.audit import (
+    Anchor,
+    archived_leaves,
+    chains_verify,
+    log_verify,
+    state_verify,
+    witnessed_checkpoint,
+)
 from operations.dbroles import as_owner
 from operations.eventmac import keyring, keyring_parse
-from operations.models import Event
+from operations.models import Checkpoint, Event
 from operations.services.archive import ArchiveError, archive_recorded, archive_verify_file
 from operations.services.macs import event_macs_backfill, event_macs_missing
+from operations.services.seal import SEAL_BATCH
+from operations.tlog import keys
+from operations.tlog.notes import NoteError
 
 DEFAULT_LAG_S = 600
 
@@ -106,6 +123,32 @@ class Command(BaseCommand):
             help="Give every event without a MAC its MAC under AUDIT_EVENT_KEY, once every "
             "chain verifies (events written before the key was set).",
         )
+        verify.add_argument(
+            "--audit-key",
+            action="append",
+            default=[],
+            metavar="PEM_FILE",
+            help="A public key (or the private key) the log's checkpoints were signed with, "
+            "instead of the configured one; repeat it for checkpoints of older keys.",
+        )
+        verify.add_argument(
+            "--checkpoint",
+            action="append",
+            default=[],
+            metavar="NOTE_FILE",
+            help="A checkpoint kept outside the database (the signed note an audit.checkpoint "
+            "webhook delivered): the log must still have its root at its size.",
+        )
+        seal = sub.add_parser(
+            "seal", help="Run the sealer once: append new events to the log, sign a checkpoint."
+        )
+        seal.add_argument(
+            "--limit",
+            type=int,
+            default=SEAL_BATCH,
+            metavar="EVENTS",
+            help="Append at most this many events (default %(default)s).",
+        )
         anchor = sub.add_parser("anchor", help="Print an anchor of the chains to keep elsewhere.")
         anchor.add_argument(
             "--lag",
@@ -121,6 +164,8 @@ class Command(BaseCommand):
             self._anchor(lag_s=options["lag"])
         elif options["action"] == "mac":
             self._mac(backfill=options["backfill"])
+        elif options["action"] == "seal":
+            self._seal(limit=options["limit"])
         else:
             self._verify(options)
 
@@ -147,6 +192,15 @@ class Command(BaseCommand):
             f"Every chain verifies; wrote the MAC of {written} events under key "
             f"{settings.AUDIT_EVENT_KEY_ID}."
         )
+
+    def _seal(self, *, limit: int) -> None:
+        if limit < 1:
+            raise CommandError("--limit takes at least 1.")
+        try:
+            report = services.log_seal(limit=limit)
+        except ImproperlyConfigured as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(report.describe())
 
     def _anchor(self, *, lag_s: int) -> None:
         if lag_s < 0:
@@ -215,6 +269,11 @@ class Command(BaseCommand):
             else:
                 self.stdout.write("Every state row follows from the events.")
 
+        if options["stream"]:
+            self.stdout.write("Transparency log not checked (--stream checks one chain only).")
+        else:
+            self._verify_log(options, failures)
+
         for archive in options["archive"]:
             try:
                 summary = archive_verify_file(Path(archive))
@@ -254,3 +313,68 @@ class Command(BaseCommand):
             f"The event {fault.stream} seq {fault.seq} (event id {fault.event_id}) has no "
             f"valid MAC under the keys {named}{total}: {fault.problem}."
         ]
+
+    def _verify_log(self, options, failures: list[str]) -> None:
+        """Step 4: the transparency log, held to its signed checkpoints."""
+        public_keys = self._audit_keys(options["audit_key"])
+        if not public_keys and (Checkpoint.objects.exists() or options["checkpoint"]):
+            failures.append(
+                "The checkpoints' signatures cannot be checked without the log's key: set "
+                "AUDIT_SIGNING_KEY_FILE or give --audit-key PEM_FILE."
+            )
+            return
+        archived: dict[int, bytes] = {}
+        for archive in options["archive"]:
+            try:
+                archived.update(archived_leaves(Path(archive)))
+            except (OSError, ValueError, KeyError):
+                continue  # the archive's own check below says what is wrong with it
+        witnessed = []
+        for path in options["checkpoint"]:
+            try:
+                note = Path(path).read_text(encoding="utf-8")
+                witnessed.append(
+                    witnessed_checkpoint(note, origin=keys.log_origin(), keys=public_keys)
+                )
+            except (OSError, UnicodeDecodeError, NoteError) as exc:
+                failures.append(f"The kept checkpoint {path} does not verify: {exc}")
+        report = log_verify(
+            keys=public_keys,
+            archived=archived,
+            witnessed=witnessed,
+            stop_at_first=not options["all"],
+        )
+        self.stdout.write(
+            f"Checked {report.leaves} leaves of the transparency log and "
+            f"{report.checkpoints} checkpoints."
+        )
+        for fault in report.faults:
+            self.stdout.write(f"LOG FAULT {fault.describe()}")
+        first = report.first_fault
+        if first is None:
+            self.stdout.write(
+                "The log holds: every checkpoint verifies, matches the events and extends "
+                "the one before."
+            )
+            if witnessed:
+                self.stdout.write(f"The {len(witnessed)} kept checkpoints match the log.")
+        else:
+            failures.append(f"The transparency log does not hold at {first.describe()}.")
+
+    def _audit_keys(self, paths: list[str]) -> list:
+        if not paths:
+            try:
+                key = keys.public_key()
+            except ImproperlyConfigured as exc:
+                raise CommandError(str(exc)) from exc
+            return [key] if key is not None else []
+        found = []
+        for path in paths:
+            try:
+                data = Path(path).read_bytes()
+                found.append(keys.public_key_from_pem(data, source=f"--audit-key {path}"))
+            except OSError as exc:
+                raise CommandError(f"--audit-key {path} cannot be read ({exc.strerror}).") from exc
+            except ImproperlyConfigured as exc:
+                raise CommandError(str(exc)) from exc
+        return found
