@@ -54,6 +54,7 @@ MAX_EVENTS = 100_000
 MAX_PROOF = 64
 MAX_FAILURES = 200
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_RFC3339 = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})")
 
 # The settling events of an approval request and the status each leaves it in; without
 # one a request is pending, or expired or withdrawn (which no event of their own writes).
@@ -314,11 +315,17 @@ def _b64(value: Any) -> bytes | None:
         digest = base64.b64decode(value, validate=True)
     except binascii.Error:
         return None
-    return digest if len(digest) == merkle.HASH_SIZE else None
+    # Canonical only: base64 leaves the last character's low bits free, and a hash
+    # written two ways would be a byte changed that changes nothing.
+    if len(digest) != merkle.HASH_SIZE or base64.b64encode(digest).decode() != value:
+        return None
+    return digest
 
 
 def _time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
+    """An RFC 3339 time with its offset, read strictly (``datetime.fromisoformat`` alone
+    takes any character between the date and the time)."""
+    if not isinstance(value, str) or _RFC3339.fullmatch(value) is None:
         return None
     try:
         at = datetime.fromisoformat(value)

@@ -85,6 +85,8 @@ def open_checkpoint(note: str, *, key: Ed25519PublicKey, origin: str) -> Checkpo
             blob = base64.b64decode(encoded, validate=True)
         except binascii.Error as exc:
             raise NoteError(f"the signature of {name} is not base64") from exc
+        if base64.b64encode(blob).decode() != encoded:
+            raise NoteError(f"the signature of {name} is not in canonical base64")
         if name != origin or blob[:4] != wanted:
             continue
         try:
@@ -114,8 +116,8 @@ def _parse(text: str, *, key_id: bytes) -> Checkpoint:
         digest = base64.b64decode(root, validate=True)
     except binascii.Error as exc:
         raise NoteError("the checkpoint's root hash is not base64") from exc
-    if len(digest) != 32:
-        raise NoteError("the checkpoint's root hash is not 32 bytes")
+    if len(digest) != 32 or base64.b64encode(digest).decode() != root:
+        raise NoteError("the checkpoint's root hash is not 32 bytes in canonical base64")
     at = None
     for line in extensions:
         matched = _TIME.fullmatch(line)

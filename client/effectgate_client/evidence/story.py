@@ -112,7 +112,7 @@ def _narrate_approval(
         via = (
             f"by standing grant {get('standing_grant')}"
             if data.get("standing_grant")
-            else f"on the decisions of people {get('deciders')}"
+            else f"on the approving decisions of user ids {get('deciders')}"
         )
         ours = data.get("intent_hash") == bundle["operation"].get("intent_hash")
         whose = "this operation's intent" if ours else "ANOTHER intent than this operation's"
