@@ -714,3 +714,47 @@ def test_a_checkpoint_a_witness_kept_catches_a_rewrite_the_database_no_longer_sh
     assert code == 1
     assert f"LOG FAULT kept checkpoint {kept_size}" in out
     assert "the history it covers was rewritten" in out
+
+
+def test_hostile_files_are_refused_or_fail_without_a_crash(exported):
+    """What someone handing over a bundle could craft: JSON that reads two ways, numbers
+    no reader holds, nesting past any stack, and events whose data is shaped otherwise
+    than the server writes, their hashes recomputed so that only later checks see it."""
+    text = exported["path"].read_text(encoding="utf-8")
+    key = load_public_key(exported["key"].read_bytes())
+    for crafted in (
+        text.replace('"format": ', '"format": "x", "format": ', 1),
+        text.replace('"attempts": 1', '"attempts": NaN', 1),
+        text.replace('"attempts": 1', '"attempts": 1' + "0" * 5000, 1),
+        "[" * 100_000 + "]" * 100_000,
+        '{"format": "effectgate-evidence/1"',
+    ):
+        with pytest.raises(checks.BundleError):
+            load_bundle(crafted.encode())
+    bundle = exported["bundle"]
+    shapes = [[1, 2], "text", None, {"evidence": ["x"]}, {"attempt": [1]}, {"approval": {}}]
+    for position in range(len(bundle["events"])):
+        for shape in shapes:
+            changed = copy.deepcopy(bundle)
+            event = changed["events"][position]
+            for name in list(event["data"]):
+                event["data"][name] = shape
+            event["hash"] = checks.event_hash(event)
+            report = verify_bundle(changed, key=key)
+            assert not report.ok
+            # Each is a check's own failure: none came from a value no check expected.
+            assert not any("cannot be read as a bundle" in str(f) for f in report.failures)
+    # Rows of the wrong shape everywhere: failures, each named, never an exception.
+    for name in ("attempts", "approvals", "grants", "standing_grants", "resolutions"):
+        for shape in ([1], ["x"], [None], [{"id": []}], [[{}]]):
+            report = verify_bundle({**bundle, name: shape}, key=key)
+            assert not report.ok, (name, shape)
+            assert not any("cannot be read as a bundle" in str(f) for f in report.failures), (
+                name,
+                shape,
+                report.failures,
+            )
+    report = verify_bundle({**bundle, "attempts": [{}] * (checks.MAX_ROWS + 1)}, key=key)
+    assert [str(f) for f in report.failures] == [
+        f"the bundle: it holds more than {checks.MAX_ROWS} rows"
+    ]

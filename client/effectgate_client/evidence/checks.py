@@ -51,6 +51,8 @@ GENESIS = "0" * 64
 HASHED = ("stream", "seq", "kind", "from", "to", "actor", "at", "data", "prev")
 MAX_BUNDLE_BYTES = 64 * 1024 * 1024
 MAX_EVENTS = 100_000
+# Rows of all kinds: each rests on at least one event.
+MAX_ROWS = 20_000
 MAX_PROOF = 64
 MAX_FAILURES = 200
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -131,7 +133,7 @@ def load_bundle(data: bytes) -> dict[str, Any]:
             object_pairs_hook=_no_duplicates,
             parse_constant=_no_constant,
         )
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError, bad UTF-8, long integers
         raise BundleError(f"the file is not JSON ({exc})") from None
     if not isinstance(bundle, dict) or bundle.get("format") != FORMAT:
         raise BundleError(f"the file is not an evidence bundle (format {FORMAT})")
@@ -362,8 +364,16 @@ def verify_bundle(
     """Every check of the module's docstring; the failures in the order found."""
     report = Report(bundle=bundle)
     check = _Checker(report)
-    with contextlib.suppress(_Stop):
-        _verify(check, bundle, key=key, origin=origin, witnesses=list(witnesses))
+    try:
+        with contextlib.suppress(_Stop):
+            _verify(check, bundle, key=key, origin=origin, witnesses=list(witnesses))
+    except (TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+        # A bundle shaped otherwise than any the checks read (each of its objects was
+        # held to its form, but not every value inside an event's data): a failure,
+        # never a verified bundle or a crash.
+        report.failures.append(
+            Failure("the bundle", f"it cannot be read as a bundle ({exc!r:.200})")
+        )
     return report
 
 
@@ -379,6 +389,10 @@ def _verify(
     related = bundle["related_events"]
     if len(events) + len(related) > MAX_EVENTS:
         check.fail("the bundle", f"it holds more than {MAX_EVENTS} events")
+        return
+    rows = sum(len(bundle[name]) for name in ("attempts", "approvals", "grants", "resolutions"))
+    if rows + len(bundle["standing_grants"]) > MAX_ROWS:
+        check.fail("the bundle", f"it holds more than {MAX_ROWS} rows")
         return
     good = [e for e in events if check.shape(e, EVENT, _event_where_safe(e))]
     good_related = [e for e in related if check.shape(e, EVENT, _event_where_safe(e))]
@@ -445,7 +459,7 @@ def _events(check: _Checker, events: list[dict[str, Any]], checkpoint: Checkpoin
         leaves.add(event["leaf_index"])
         try:
             recomputed = event_hash(event)
-        except (ValueError, TypeError, OverflowError) as exc:
+        except (ValueError, TypeError, OverflowError, RecursionError) as exc:
             check.fail(where, f"its fields cannot be put in RFC 8785 canonical form ({exc})")
             continue
         if recomputed != event["hash"]:
@@ -637,21 +651,84 @@ def _first_checkpoint(
 
 
 def _data(event: dict[str, Any]) -> dict[str, Any]:
-    data = event.get("data")
-    return data if isinstance(data, dict) else {}
+    return _dict_of(event.get("data"))
 
 
-def _of_kind(events: list[dict[str, Any]], *kinds: str, **match: Any) -> list[dict[str, Any]]:
-    return [
-        e
-        for e in events
-        if e["kind"] in kinds and all(_data(e).get(k) == v for k, v in match.items())
-    ]
+def _dict_of(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+class _Events(list[dict[str, Any]]):
+    """The operation's events in seq order, found by kind and one data field through
+    indexes built once: a hostile bundle's rows cannot make the checks quadratic."""
+
+    def __init__(self, events: list[dict[str, Any]]) -> None:
+        super().__init__(events)
+        self._positions = {id(event): position for position, event in enumerate(events)}
+        self._by_kind: dict[str, list[int]] = {}
+        for position, event in enumerate(events):
+            self._by_kind.setdefault(event["kind"], []).append(position)
+        self._by_field: dict[str, dict[tuple[str, str], list[int]]] = {}
+        # For each position, the next one whose event leaves ``executing``, and whether
+        # any later event leaves the status other than ``outcome_unknown``.
+        self._next_from_executing: list[int | None] = [None] * (len(events) + 1)
+        self._answered_after: list[bool] = [False] * (len(events) + 1)
+        for position in range(len(events) - 1, -1, -1):
+            event = events[position]
+            self._next_from_executing[position] = (
+                position
+                if event["from"] == "executing"
+                else self._next_from_executing[position + 1]
+            )
+            self._answered_after[position] = (
+                event["to"] != "outcome_unknown" or self._answered_after[position + 1]
+            )
+
+    def _field(self, name: str) -> dict[tuple[str, str], list[int]]:
+        index = self._by_field.get(name)
+        if index is None:
+            index = {}
+            for position, event in enumerate(self):
+                data = _data(event)
+                if name in data:
+                    key = (event["kind"], _key(data[name]))
+                    index.setdefault(key, []).append(position)
+            self._by_field[name] = index
+        return index
+
+    def of(self, *kinds: str, **match: Any) -> list[dict[str, Any]]:
+        """The events of ``kinds`` (whose data holds ``match``, one field at most), in
+        seq order."""
+        if len(match) > 1:
+            raise ValueError("one field at most")
+        if match:
+            ((name, value),) = match.items()
+            index = self._field(name)
+            positions = [p for kind in kinds for p in index.get((kind, _key(value)), [])]
+        else:
+            positions = [p for kind in kinds for p in self._by_kind.get(kind, [])]
+        return [self[p] for p in sorted(positions)]
+
+    def next_from_executing(self, after: dict[str, Any]) -> dict[str, Any] | None:
+        """The first event after ``after`` that leaves ``executing``."""
+        position = self._next_from_executing[self._position(after) + 1]
+        return None if position is None else self[position]
+
+    def answered_after(self, after: dict[str, Any]) -> bool:
+        """Whether an event after ``after`` left the status other than outcome_unknown."""
+        return self._answered_after[self._position(after) + 1]
+
+    def _position(self, event: dict[str, Any]) -> int:
+        return self._positions[id(event)]
+
+
+def _key(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=True)
 
 
 def _rows(check: _Checker, bundle: dict[str, Any]) -> None:
     """Step 6."""
-    events = bundle["events"]
+    events = _Events(bundle["events"])
     unrecorded = bundle["unrecorded"]
     op = bundle["operation"]
     if not check.shape(
@@ -689,7 +766,7 @@ def _operation(
     check: _Checker,
     bundle: dict[str, Any],
     op: dict[str, Any],
-    events: list[dict[str, Any]],
+    events: _Events,
     unrecorded: dict[str, Any],
 ) -> None:
     where = f"the operation {op['id']:.60}"
@@ -726,7 +803,7 @@ def _operation(
         recomputed = intent_hash(
             tool=op["tool"], arguments=op["arguments"], principal=op["principal"]
         )
-    except (ValueError, TypeError, OverflowError):
+    except (ValueError, TypeError, OverflowError, RecursionError):
         recomputed = None
     if recomputed != op["intent_hash"]:
         check.fail(
@@ -735,7 +812,7 @@ def _operation(
             "they are not what was registered",
         )
     _differs(check, where, "status", op["status"], events[-1]["to"], "its last event")
-    claims = len(_of_kind(events, "claimed"))
+    claims = len(events.of("claimed"))
     _differs(check, where, "attempts", op["attempts"], claims, f"its {claims} claimed events")
 
 
@@ -761,7 +838,7 @@ def _contract(check: _Checker, bundle: dict[str, Any], op: dict[str, Any]) -> No
     _differs(check, where, "version", contract["version"], op["tool_version"], "the operation")
     try:
         digest = sha256_json(contract["contract"])
-    except (ValueError, TypeError, OverflowError):
+    except (ValueError, TypeError, OverflowError, RecursionError):
         digest = None
     if digest != contract["contract_hash"]:
         check.fail(f"{where}, field 'contract'", "its SHA-256 is not its contract_hash")
@@ -792,14 +869,14 @@ def _attempts(
     check: _Checker,
     bundle: dict[str, Any],
     op: dict[str, Any],
-    events: list[dict[str, Any]],
+    events: _Events,
     unrecorded: dict[str, Any],
 ) -> None:
     """Each attempt from its claimed event and the event that closed it: an outcome
     (its kind, time and the digest of the answer), a lease expiry, or, for an attempt
     overtaken by news of the effect, the event that did so."""
     rows = bundle["attempts"]
-    claims = _of_kind(events, "claimed")
+    claims = events.of("claimed")
     if len(rows) != len(claims):
         check.fail("the attempts", f"there are {len(rows)}, but {len(claims)} claimed events")
     for position, row in enumerate(rows, start=1):
@@ -809,7 +886,7 @@ def _attempts(
         if row["number"] != position:
             check.fail(where, f"its number is {row['number']}, not {position}")
             continue
-        claimed = _of_kind(events, "claimed", attempt=position)
+        claimed = events.of("claimed", attempt=position)
         if len(claimed) != 1:
             check.fail(where, "no claimed event (or more than one) records it")
             continue
@@ -825,13 +902,13 @@ def _attempt_end(
     check: _Checker,
     row: dict[str, Any],
     where: str,
-    events: list[dict[str, Any]],
+    events: _Events,
     claimed: dict[str, Any],
     unrecorded: dict[str, Any],
 ) -> None:
     number = row["number"]
-    outcome = _of_kind(events, "outcome", attempt=number)
-    expired = _of_kind(events, "lease_expired", attempt=number)
+    outcome = events.of("outcome", attempt=number)
+    expired = events.of("lease_expired", attempt=number)
     key = f"attempts.{number}.outcome"
     if outcome:
         event, data = outcome[0], _data(outcome[0])
@@ -845,7 +922,7 @@ def _attempt_end(
             else:
                 try:
                     digest = sha256_json(row["outcome"])
-                except (ValueError, TypeError, OverflowError):
+                except (ValueError, TypeError, OverflowError, RecursionError):
                     digest = None
                 if digest != data["outcome_hash"]:
                     check.fail(
@@ -874,10 +951,8 @@ def _attempt_end(
         return
     # Overtaken: the effect was reported done (a late success of an earlier attempt, a
     # provider's event) while this one executed.
-    later = [e for e in events if e["seq"] > claimed["seq"] and e["from"] == "executing"]
-    overtaken = (
-        later[0] if later and later[0]["kind"] in ("late_success", "inbound_evidence") else None
-    )
+    later = events.next_from_executing(claimed)
+    overtaken = later if later and later["kind"] in ("late_success", "inbound_evidence") else None
     if row["status"] != "superseded" or overtaken is None:
         check.fail(
             f"{where}, field 'status'",
@@ -889,7 +964,7 @@ def _attempt_end(
         )
 
 
-def _approvals(check: _Checker, bundle: dict[str, Any], events: list[dict[str, Any]]) -> None:
+def _approvals(check: _Checker, bundle: dict[str, Any], events: _Events) -> None:
     """Each request from the event that opened it (terms, reason), its settling event
     (status) and its decision events (who, verdict, comment, when); every request an
     event opened has its row."""
@@ -900,7 +975,7 @@ def _approvals(check: _Checker, bundle: dict[str, Any], events: list[dict[str, A
             continue
         where = f"approval request {row['id']:.60}"
         seen.add(row["id"])
-        opening = _of_kind(events, *REQUEST_OPENED_BY, approval=row["id"])
+        opening = events.of(*REQUEST_OPENED_BY, approval=row["id"])
         if not opening:
             check.fail(where, "no event of the operation opened it")
             continue
@@ -915,7 +990,7 @@ def _approvals(check: _Checker, bundle: dict[str, Any], events: list[dict[str, A
                     )
             elif name in row:
                 check.fail(f"{where}, field {name!r}", "its opening event does not record it")
-        settled = _of_kind(events, *REQUEST_STATUS_AFTER, approval=row["id"])
+        settled = events.of(*REQUEST_STATUS_AFTER, approval=row["id"])
         if settled:
             expected = REQUEST_STATUS_AFTER[settled[-1]["kind"]]
             _differs(
@@ -930,8 +1005,8 @@ def _approvals(check: _Checker, bundle: dict[str, Any], events: list[dict[str, A
             check.fail(
                 f"{where}, field 'status'", f"it is {row['status']!r:.40}, but no event settled it"
             )
-        _decisions(check, row, where, _of_kind(events, "decision", approval=row["id"]))
-    for event in _of_kind(events, *REQUEST_OPENED_BY):
+        _decisions(check, row, where, events.of("decision", approval=row["id"]))
+    for event in events.of(*REQUEST_OPENED_BY):
         approval = _data(event).get("approval")
         if isinstance(approval, str) and approval not in seen:
             check.fail(
@@ -976,16 +1051,14 @@ def _decisions(
             check.fail(f"{place}, field 'at'", "it is not the time of its decision event")
 
 
-def _grants(
-    check: _Checker, bundle: dict[str, Any], op: dict[str, Any], events: list[dict[str, Any]]
-) -> None:
+def _grants(check: _Checker, bundle: dict[str, Any], op: dict[str, Any], events: _Events) -> None:
     seen: set[str] = set()
     for row in bundle["grants"]:
         if not check.shape(row, GRANT, "a grant"):
             continue
         where = f"grant {row['id']:.60}"
         seen.add(row["id"])
-        granted = _of_kind(events, "granted", grant=row["id"])
+        granted = events.of("granted", grant=row["id"])
         if len(granted) != 1:
             check.fail(where, "no granted event (or more than one) gave it")
             continue
@@ -1004,14 +1077,14 @@ def _grants(
             check.fail(
                 f"{where}, field 'expires_at'", "it is not the expiry its granted event records"
             )
-        revoked = _of_kind(events, "grant_revoked", grant=row["id"])
+        revoked = events.of("grant_revoked", grant=row["id"])
         if revoked and not same_time(row["revoked_at"], revoked[0]["at"]):
             check.fail(
                 f"{where}, field 'revoked_at'", "it is not the time of its grant_revoked event"
             )
         if not revoked and row["revoked_at"] is not None:
             check.fail(f"{where}, field 'revoked_at'", "no grant_revoked event revoked it")
-    for event in _of_kind(events, "granted"):
+    for event in events.of("granted"):
         grant = _data(event).get("grant")
         if isinstance(grant, str) and grant not in seen:
             check.fail(_event_where(event), f"it gave grant {grant:.60}, which the bundle lacks")
@@ -1029,7 +1102,7 @@ def _standing_grants(check: _Checker, bundle: dict[str, Any], op: dict[str, Any]
     used_by = {
         g["standing_grant"]: g
         for g in bundle["grants"]
-        if isinstance(g, dict) and g.get("standing_grant")
+        if isinstance(g, dict) and isinstance(g.get("standing_grant"), str)
     }
     for grant_id in used_by:
         if grant_id not in rows:
@@ -1037,6 +1110,9 @@ def _standing_grants(check: _Checker, bundle: dict[str, Any], op: dict[str, Any]
                 f"standing grant {grant_id:.60}",
                 "a grant of the operation names it, but the bundle lacks it",
             )
+    streams: dict[str, list[dict[str, Any]]] = {}
+    for event in related:
+        streams.setdefault(event["stream"], []).append(event)
     for event in related:
         if event["kind"] == "contract_registered" and event["stream"].startswith("tool:"):
             continue
@@ -1049,7 +1125,7 @@ def _standing_grants(check: _Checker, bundle: dict[str, Any], op: dict[str, Any]
             check.fail(_event_where(event), "no row of the bundle rests on it")
     for grant_id, row in rows.items():
         where = f"standing grant {grant_id:.60}"
-        stream = [e for e in related if e["stream"] == f"sgr:{grant_id}"]
+        stream = streams.get(f"sgr:{grant_id}", [])
         issued = [e for e in stream if e["kind"] == "standing_grant_issued"]
         activated = [e for e in stream if e["kind"] == "standing_grant_activated"]
         if len(issued) != 1 or len(activated) != 1:
@@ -1105,14 +1181,14 @@ def _standing_grants(check: _Checker, bundle: dict[str, Any], op: dict[str, Any]
         )
 
 
-def _resolutions(check: _Checker, bundle: dict[str, Any], events: list[dict[str, Any]]) -> None:
+def _resolutions(check: _Checker, bundle: dict[str, Any], events: _Events) -> None:
     seen: set[str] = set()
     for row in bundle["resolutions"]:
         if not check.shape(row, RESOLUTION, "a resolution"):
             continue
         where = f"resolution {row['id']:.60}"
         seen.add(row["id"])
-        proposed = _of_kind(events, "resolution_proposed", resolution=row["id"])
+        proposed = events.of("resolution_proposed", resolution=row["id"])
         if len(proposed) != 1:
             check.fail(where, "no resolution_proposed event (or more than one) records it")
             continue
@@ -1139,7 +1215,7 @@ def _resolutions(check: _Checker, bundle: dict[str, Any], events: list[dict[str,
                 "it is not the time of its resolution_proposed event",
             )
         _review(check, row, where, events, event)
-    for event in _of_kind(events, "resolution_proposed"):
+    for event in events.of("resolution_proposed"):
         resolution = _data(event).get("resolution")
         if isinstance(resolution, str) and resolution not in seen:
             check.fail(
@@ -1152,12 +1228,12 @@ def _review(
     check: _Checker,
     row: dict[str, Any],
     where: str,
-    events: list[dict[str, Any]],
+    events: _Events,
     proposed: dict[str, Any],
 ) -> None:
     review = row["review"]
-    confirmed = _of_kind(events, "reconciled", resolution=row["id"])
-    disputed = _of_kind(events, "resolution_disputed", resolution=row["id"])
+    confirmed = events.of("reconciled", resolution=row["id"])
+    disputed = events.of("resolution_disputed", resolution=row["id"])
     if review is None:
         if confirmed or disputed:
             check.fail(
@@ -1167,8 +1243,7 @@ def _review(
     place = f"{where}, its review"
     if review.get("decision") == "withdrawn":
         check.shape(review, {"decision": _str}, place)
-        later = [e for e in events if e["seq"] > proposed["seq"] and e["to"] != "outcome_unknown"]
-        if not later or confirmed or disputed:
+        if not events.answered_after(proposed) or confirmed or disputed:
             check.fail(
                 place,
                 "it is withdrawn, but the events do not show the operation answered otherwise",
@@ -1185,7 +1260,7 @@ def _review(
         check, place, "user", f"user:{review['user']}", event["actor"], f"its {event['kind']} event"
     )
     note = (
-        _data(event).get("evidence", {}).get("confirmation")
+        _dict_of(_data(event).get("evidence")).get("confirmation")
         if event["kind"] == "reconciled"
         else _data(event).get("note")
     )
