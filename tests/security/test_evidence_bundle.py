@@ -39,7 +39,7 @@ from operations.models import Checkpoint, Event, LogLeaf, LogNode, Operation, To
 from operations.payloads import iso
 from operations.triggers import ignored, trigger_uris
 from tests.approvals.conftest import person
-from tests.conftest import contract
+from tests.conftest import contract, make_runner
 from tests.support.audit_log import unsealed
 from tests.support.receiver import Receiver
 
@@ -758,3 +758,37 @@ def test_hostile_files_are_refused_or_fail_without_a_crash(exported):
     assert [str(f) for f in report.failures] == [
         f"the bundle: it holds more than {checks.MAX_ROWS} rows"
     ]
+
+
+@postgresql_only
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_the_export_reads_one_read_only_snapshot(
+    audit_key, tmp_path, monkeypatch
+):
+    """As in production (no test transaction around it): the bundle is read in one
+    REPEATABLE READ, READ ONLY transaction, so its rows and events are of one moment."""
+    from django.db import connection
+
+    from operations.audit import evidence
+
+    op = _lifecycle(make_runner())
+    _seal()
+    seen = {}
+    original = evidence._bundle
+
+    def spying(operation_id, sizes):
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW transaction_isolation")
+            seen["isolation"] = cursor.fetchone()[0]
+            cursor.execute("SHOW transaction_read_only")
+            seen["read_only"] = cursor.fetchone()[0]
+        return original(operation_id, sizes)
+
+    monkeypatch.setattr(evidence, "_bundle", spying)
+    assert not connection.in_atomic_block
+    _export(op["id"], tmp_path / "evidence.json")
+    assert seen == {"isolation": "repeatable read", "read_only": "on"}
+    done = _run_verifier(
+        tmp_path, str(tmp_path / "evidence.json"), "--key", str(_public_key(tmp_path, audit_key))
+    )
+    assert done.returncode == 0, done.stdout
