@@ -21,7 +21,7 @@ PYTEST_PARALLEL = -n $(PYTEST_WORKERS)
 $(STAMP): pyproject.toml client/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e './client[mcp,openai-agents,langgraph]' -e '.[dev]'
+	$(PY) -m pip install --quiet -e './client[mcp,openai-agents,langgraph,verify]' -e '.[dev]'
 	rm -f $(VENV)/.installed-*
 	touch $@
 

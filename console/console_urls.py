@@ -43,6 +43,11 @@ urlpatterns = [
     ),
     path("operations/<str:operation_id>/note", operations.operation_note, name="operation-note"),
     path(
+        "operations/<str:operation_id>/evidence",
+        operations.operation_evidence,
+        name="operation-evidence",
+    ),
+    path(
         "operations/<str:operation_id>/compensated",
         operations.operation_compensated,
         name="operation-compensated",

@@ -1,6 +1,6 @@
 """Operations: the list, one operation with its evidence and event trace, and what a
 person records about it (an answer on its outcome, a note, a hand-made undo, the second
-person's confirmation), and redelivering its webhooks."""
+person's confirmation), redelivering its webhooks, and its evidence bundle to download."""
 
 from datetime import date
 from typing import Any
@@ -14,6 +14,8 @@ from django.views.decorators.http import require_GET, require_POST
 
 from approvals.errors import DecisionRefused, Refusal
 from operations import access, contracts, selectors, services
+from operations.audit.evidence import evidence_bundle, evidence_json
+from operations.errors import InvalidQuery, NotSealed
 from operations.machine import TERMINAL, Status
 from operations.models import Operation
 
@@ -22,7 +24,10 @@ from ..forms import ConfirmForm, NoteForm, ResolveForm
 from ..middleware import AuthenticatedHtmxRequest, AuthenticatedHttpRequest
 from ..pagination import keyset_page
 from ..presenters import argument_rows
-from .common import found, partial, text_param
+from .common import count_param, found, partial, text_param
+
+# The largest tree size a witness's checkpoint can name (the API's bound).
+MAX_TREE_SIZE = 2**53 - 1
 
 
 @require_GET
@@ -144,6 +149,25 @@ def _detail_page(
         **trace,
     }
     return render(request, "console/operation.html", context, status=status)
+
+
+@require_GET
+@login_required
+def operation_evidence(request: AuthenticatedHttpRequest, operation_id: str) -> HttpResponse:
+    """The operation's evidence bundle as a file (docs/security.md, Evidence bundles), for
+    whoever may see the operation; with ``witness_size``, the consistency proof from a
+    checkpoint of that size that the person kept. Until the sealer has covered every
+    event, the page says so instead."""
+    op = found(selectors.operation_get_for_user, user=request.user, operation_id=operation_id)
+    size = count_param(request, "witness_size", maximum=MAX_TREE_SIZE)
+    try:
+        bundle = evidence_bundle(operation=op, witness_sizes=[] if size is None else [size])
+    except (NotSealed, InvalidQuery) as refusal:
+        messages.error(request, f"No evidence bundle yet. {refusal.detail}")
+        return _back(op.id)
+    response = HttpResponse(evidence_json(bundle), content_type="application/json; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{op.id}-evidence.json"'
+    return response
 
 
 def _back(op_id: str) -> HttpResponse:

@@ -503,7 +503,7 @@ def _contract_columns(row: dict[str, Any]) -> str | None:
 
 def _operations() -> Iterator[Unexplained]:
     """Every operation's stream starts with its ``registered`` event, which names the
-    operation's tool, version, key and intent, and was written in its run, by its
+    operation's tool, version, key, intent and idempotency key, and was written in its run, by its
     runner, with its deadline; its contract version is one of its tool's, whose effect
     class and concurrency key it carries; its intent hash is that of its arguments;
     each event starts from the status the previous one left, and the operation's status
@@ -543,6 +543,7 @@ def _operations() -> Iterator[Unexplained]:
         "tool_version__number",
         "operation_key",
         "intent_hash",
+        "idempotency_key",
         "arguments",
         "principal",
         "effect_class",
@@ -570,6 +571,10 @@ def _operations() -> Iterator[Unexplained]:
             "operation_key": row["operation_key"],
             "intent_hash": row["intent_hash"],
         }
+        # Registered events written before they recorded the idempotency key are
+        # compared on the rest.
+        if "idempotency_key" in registered:
+            recorded["idempotency_key"] = row["idempotency_key"]
         differs = [key for key, value in recorded.items() if registered.get(key) != value]
         recomputed = _recomputed_intent(row)
         problem = None

@@ -10,7 +10,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from .. import errors, machine
-from ..canonical import canonical_json
+from ..canonical import canonical_json, sha256_hex
 from ..machine import EventKind, Status, Verdict
 from ..models import (
     Attempt,
@@ -298,6 +298,11 @@ def _apply_outcome_locked(
         retry_after_ms=body.get("retry_after_ms"),
         result=body.get("result"),
         downstream_id=body.get("downstream_id", ""),
+        # The event holds the digest of the whole answer as stored on the attempt (its
+        # downstream reference, result and detail included, RFC 8785 canonical JSON), so
+        # an evidence bundle proves what the runner said the provider answered without
+        # the event repeating a result of any size.
+        extra={"outcome_hash": sha256_hex(body)},
     )
     # After _settle, which may lock the tool's row (the breaker): locks go tool, then
     # run, as in a registration whose claim consults the breaker before the budgets.

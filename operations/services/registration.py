@@ -149,10 +149,11 @@ def operation_build(
 
 def registered_event_data(op: Operation) -> dict[str, Any]:
     """The data of an operation's ``registered`` event, the first of its stream, which
-    ``audit verify`` compares with the row: what it is (tool, version, key, intent), its
-    deadline, and where it came from: the compensated operation it retries
-    (``retry_of``), or for a person's edited copy the original and the changes
-    (``edited_from``, ``edits``)."""
+    ``audit verify`` compares with the row: what it is (tool, version, key, intent, the
+    idempotency key every attempt carries), its deadline, and where it came from: the
+    compensated operation it retries (``retry_of``), or for a person's edited copy the
+    original and the changes (``edited_from``, ``edits``). An evidence bundle proves
+    what its events hold, so the idempotency key is here and not only on the row."""
     origin: dict[str, Any] = (
         {"retry_of": op.previous_id}
         if op.edits is None
@@ -164,6 +165,7 @@ def registered_event_data(op: Operation) -> dict[str, Any]:
         "operation_key": op.operation_key,
         "call_id": op.call_id,
         "intent_hash": op.intent_hash,
+        "idempotency_key": op.idempotency_key,
         "turn": op.turn,
         **origin,
         "deadline_at": op.deadline_at,

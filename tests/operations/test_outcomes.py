@@ -5,6 +5,7 @@ from datetime import timedelta
 import time_machine
 from django.utils import timezone
 
+from operations.canonical import sha256_hex
 from operations.models import Attempt, Event, Operation
 from operations.services import sweep
 from tests.conftest import contract
@@ -24,6 +25,18 @@ def test_same_outcome_twice_answers_the_same_body(api):
     second = api.outcome(op["id"], 1, body)
     assert first == second
     assert Event.objects.filter(stream=op["id"], kind="outcome").count() == 1
+
+
+def test_the_outcome_event_holds_the_digest_of_the_stored_answer(api):
+    """What the runner said the provider answered is on the attempt; its event holds the
+    RFC 8785 digest of it, which an evidence bundle's verifier recomputes."""
+    op = _executing(api)
+    body = {"kind": "succeeded", "result": {"n": 1}, "downstream_id": "re_1", "cost": 0.25}
+    api.outcome(op["id"], 1, body)
+    attempt = Attempt.objects.get(operation_id=op["id"], number=1)
+    event = Event.objects.get(stream=op["id"], kind="outcome")
+    assert attempt.outcome == body
+    assert event.data["outcome_hash"] == sha256_hex(attempt.outcome)
 
 
 def test_different_outcome_for_an_attempt_that_has_one_conflicts(api):

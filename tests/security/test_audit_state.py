@@ -859,6 +859,21 @@ def test_an_operation_moved_to_another_run_or_runner_is_named(api, other_api):
     ]
 
 
+def test_an_operation_given_another_idempotency_key_is_named(api):
+    """The key every attempt carries downstream is recorded by the registered event: a
+    row changed to another key (attempts sent with it would not be deduplicated against
+    the first) is named."""
+    api.tool("t", contract("idempotent"))
+    op = api.register(api.run(), "t")
+    _sql(
+        "UPDATE operations_operation SET idempotency_key = %s WHERE id = %s",
+        ["ik_forged", op["id"]],
+    )
+    assert _unexplained() == [
+        f"operations.Operation {op['id']}: its idempotency_key differ from its registered event"
+    ]
+
+
 def _check_foreign_keys_now() -> None:
     # The test's transaction holds deferred foreign-key checks on the rows it wrote, and
     # PostgreSQL truncates no table with checks pending (before any trigger fires).

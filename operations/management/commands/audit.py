@@ -24,6 +24,8 @@ Exits 1 when any of these fails. ``audit anchor`` prints an anchor of the chains
 they stood ``--lag`` seconds ago (default ten minutes, so that transactions still open
 now are not half in it), after checking that every chain verifies. ``audit seal`` runs
 the sealer once (``services.log_seal``): what the beat does every ``AUDIT_SEAL_EVERY_S``.
+``audit export OPERATION_ID --to FILE`` writes the operation's evidence bundle
+(``audit.evidence``), which ``effectgate-verify`` checks offline with the public key.
 
 ``audit mac`` counts the events without a MAC; ``audit mac --backfill`` gives those
 written before the key was set their MAC under the current key, as the owner
@@ -48,9 +50,11 @@ from operations.audit import (
     state_verify,
     witnessed_checkpoint,
 )
+from operations.audit.evidence import evidence_bundle, evidence_json
 from operations.dbroles import as_owner
+from operations.errors import InvalidQuery, NotSealed
 from operations.eventmac import keyring, keyring_parse
-from operations.models import Checkpoint, Event
+from operations.models import Checkpoint, Event, Operation
 from operations.services.archive import ArchiveError, archive_recorded, archive_verify_file
 from operations.services.macs import event_macs_backfill, event_macs_missing
 from operations.services.seal import SEAL_BATCH
@@ -149,6 +153,24 @@ class Command(BaseCommand):
             metavar="EVENTS",
             help="Append at most this many events (default %(default)s).",
         )
+        export = sub.add_parser(
+            "export",
+            help="Write an operation's evidence bundle: its rows, its events with their "
+            "inclusion proofs, the signed checkpoint (effectgate-verify checks it offline).",
+        )
+        export.add_argument("operation_id", metavar="OPERATION_ID")
+        export.add_argument(
+            "--to", required=True, metavar="FILE", help="Where to write the bundle (JSON)."
+        )
+        export.add_argument(
+            "--witness-size",
+            action="append",
+            type=int,
+            default=[],
+            metavar="SIZE",
+            help="The size of a checkpoint a witness kept: the bundle carries the consistency "
+            "proof from it to the bundle's checkpoint (repeat for several).",
+        )
         anchor = sub.add_parser("anchor", help="Print an anchor of the chains to keep elsewhere.")
         anchor.add_argument(
             "--lag",
@@ -166,6 +188,8 @@ class Command(BaseCommand):
             self._mac(backfill=options["backfill"])
         elif options["action"] == "seal":
             self._seal(limit=options["limit"])
+        elif options["action"] == "export":
+            self._export(options["operation_id"], to=options["to"], sizes=options["witness_size"])
         else:
             self._verify(options)
 
@@ -201,6 +225,31 @@ class Command(BaseCommand):
         except ImproperlyConfigured as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(report.describe())
+
+    def _export(self, operation_id: str, *, to: str, sizes: list[int]) -> None:
+        """``audit export``: the bundle (``audit.evidence``), written whole or not at all."""
+        op = Operation.objects.filter(pk=operation_id).first()
+        if op is None:
+            raise CommandError(f"No operation {operation_id!r}.")
+        try:
+            bundle = evidence_bundle(operation=op, witness_sizes=sizes)
+        except (NotSealed, InvalidQuery) as exc:
+            raise CommandError(str(exc)) from exc
+        text = evidence_json(bundle)
+        target = Path(to)
+        partial = target.with_name(f".{target.name}.partial")
+        try:
+            partial.write_text(text, encoding="utf-8")
+            partial.replace(target)
+        except OSError as exc:
+            raise CommandError(f"Cannot write {to}: {exc.strerror}.") from exc
+        checkpoint = bundle["checkpoint"]
+        self.stdout.write(
+            f"Wrote {to}: {len(bundle['events'])} events of {op.pk} with their inclusion "
+            f"proofs in the checkpoint of size {checkpoint['size']} ({len(text.encode())} "
+            "bytes). Verify it with: effectgate-verify "
+            f"{to} --key <the log's public key, /.well-known/effectgate-audit-key>"
+        )
 
     def _anchor(self, *, lag_s: int) -> None:
         if lag_s < 0:
