@@ -34,6 +34,7 @@ from approvals.models import Decision
 from effectgate_client.evidence import checks, load_bundle, verify_bundle
 from effectgate_client.evidence.notes import load_public_key
 from operations import services
+from operations.dbroles import as_owner
 from operations.dispatch import webhooks
 from operations.models import Checkpoint, Event, LogLeaf, LogNode, Operation, Tool
 from operations.payloads import iso
@@ -605,7 +606,7 @@ def test_resolutions_and_standing_grants_are_held_to_their_events(api, audit_key
 def _rewrite_from(stream: str, seq: int, **changes: Any) -> None:
     """Rewrite the event ``seq`` of ``stream`` with ``changes`` and every later one's
     link, with correct hashes: the chain verifies again."""
-    with ignored(*trigger_uris()):
+    with as_owner(), ignored(*trigger_uris()):
         prev = Event.objects.get(stream=stream, seq=seq - 1).hash if seq > 1 else "0" * 64
         for event in Event.objects.filter(stream=stream, seq__gte=seq).order_by("seq"):
             if event.seq == seq:
@@ -675,7 +676,7 @@ def test_a_checkpoint_a_witness_kept_catches_a_rewrite_the_database_no_longer_sh
     decision = Event.objects.get(stream=op["id"], kind="decision")
     mallory = person(username="mallory")
     _rewrite_from(op["id"], decision.seq, actor="user:mallory", actor_user_id=mallory.pk)
-    with ignored(*trigger_uris()):
+    with as_owner(), ignored(*trigger_uris()):
         Decision.objects.filter(request_id=decision.data["approval"]).update(user=mallory)
     _seal()
     rewritten = tmp_path / "rewritten.json"
@@ -687,7 +688,7 @@ def test_a_checkpoint_a_witness_kept_catches_a_rewrite_the_database_no_longer_sh
 
     # Then wipes the log and lets the application seal and sign the forged history
     # again: the bundle is consistent with itself and verifies with the key alone...
-    with ignored(*trigger_uris()):
+    with as_owner(), ignored(*trigger_uris()):
         Checkpoint.objects.all().delete()
         LogNode.objects.all().delete()
         LogLeaf.objects.all().delete()
