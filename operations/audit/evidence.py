@@ -48,6 +48,7 @@ from ..models import (
 from ..payloads import b64, iso
 from ..payloads import checkpoint as checkpoint_body
 from ..selectors import checkpoint_latest, consistency_proof, log_range_hashes
+from ..services.core import event_hashed
 from ..services.terms import approval_terms, standing_grant_terms
 from ..tlog import merkle
 
@@ -171,19 +172,7 @@ def _bundle(operation_id: str, witness_sizes: list[int]) -> dict[str, Any]:
 
 def _event(event: Event) -> dict[str, Any]:
     """An event as its hash covers it, with its id and hash."""
-    return {
-        "id": event.pk,
-        "stream": event.stream,
-        "seq": event.seq,
-        "kind": event.kind,
-        "from": event.from_status,
-        "to": event.to_status,
-        "actor": event.actor,
-        "at": iso(event.at),
-        "data": event.data,
-        "prev": event.prev_hash,
-        "hash": event.hash,
-    }
+    return {"id": event.pk, **event_hashed(event), "hash": event.hash}
 
 
 def _proved(op: Operation, events: list[Event]) -> tuple[Any, list[dict[str, Any]]]:

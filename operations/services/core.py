@@ -85,21 +85,24 @@ def json_safe(value: Any) -> Any:
     return value
 
 
+def event_hashed(event: Event) -> dict[str, Any]:
+    """What an event's hash covers, as the hash reads it (evidence bundles carry it)."""
+    return {
+        "stream": event.stream,
+        "seq": event.seq,
+        "kind": event.kind,
+        "from": event.from_status,
+        "to": event.to_status,
+        "actor": event.actor,
+        "at": iso(event.at),
+        "data": event.data,
+        "prev": event.prev_hash,
+    }
+
+
 def event_hash(event: Event) -> str:
     """The hash that chains an event to its stream's previous event."""
-    return sha256_hex(
-        {
-            "stream": event.stream,
-            "seq": event.seq,
-            "kind": event.kind,
-            "from": event.from_status,
-            "to": event.to_status,
-            "actor": event.actor,
-            "at": iso(event.at),
-            "data": event.data,
-            "prev": event.prev_hash,
-        }
-    )
+    return sha256_hex(event_hashed(event))
 
 
 def event_append(
