@@ -59,8 +59,8 @@ def test_the_client_wheel_installs_and_runs_without_the_server(tmp_path):
     extras = {
         r.split("extra ==")[1].strip().strip("'\"") for r in found["requires"] if "extra" in r
     }
-    assert extras == {"mcp", "openai-agents", "langgraph"}
-    assert found["scripts"] == ["effectgate-mcp"]
+    assert extras == {"mcp", "openai-agents", "langgraph", "verify"}
+    assert found["scripts"] == ["effectgate-mcp", "effectgate-verify"]
     # The server's packages are not in the client's wheel.
     listing = subprocess.run(
         [python, "-m", "pip", "show", "-f", "effectgate-client"],

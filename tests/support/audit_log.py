@@ -29,13 +29,13 @@ def unsealed() -> list[int]:
     return list(Event.objects.exclude(pk__in=sealed).values_list("pk", flat=True))
 
 
-def seal_all(*, timeout_s: float = 120, **kwargs) -> list[SealReport]:
+def seal_all(*, timeout_s: float = 600, **kwargs) -> list[SealReport]:
     """Seal until every event this connection sees is in the log; the passes' reports.
 
     On PostgreSQL the sealer leaves an event for later while any transaction older than
     the one that wrote it is still open, anywhere on the server: the other workers of a
-    parallel run, another checkout's tests. Each ends within moments, so this asks again
-    until they have.
+    parallel run (a long one: a bench run's seeding), another checkout's tests. Each
+    ends, so this asks again until they have.
     """
     deadline = time.monotonic() + timeout_s
     reports = []
