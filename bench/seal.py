@@ -29,7 +29,7 @@ INSERT INTO operations_event
     (stream, seq, kind, tool_name, from_status, to_status, actor, at, data, prev_hash, hash,
      mac)
 SELECT 'bench:' || (n / 100), n %% 100 + 1, 'runner_created', '', '', '', 'system:bench',
-       now(), '{}'::jsonb, repeat('0', 64), md5(n::text) || md5((n + 1)::text), 
+       now(), '{}'::jsonb, repeat('0', 64), md5(n::text) || md5((n + 1)::text), ''
 FROM generate_series(%s::bigint, %s::bigint) AS n
 """
 
