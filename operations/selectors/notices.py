@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db.models import Count
 from guardian.shortcuts import get_objects_for_group
@@ -213,10 +212,6 @@ def slack_channels_for(request: ApprovalRequest, *, escalated: bool) -> list[str
             return []
         return [group_route.slack_channel]
     return slack_channels_of_tool(request.operation.tool)
-
-
-def users_by_id(user_ids: list[int]) -> dict[int, Person]:
-    return {user.pk: user for user in get_user_model().objects.filter(pk__in=user_ids)}
 
 
 def slack_person(slack_user_id: str) -> Person | None:
