@@ -81,7 +81,8 @@ class NodeWorker:
         )
 
     def job(self, ref: str) -> str:
-        assert self.process.stdin is not None and self.process.stdout is not None
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
         job = {"ref": ref, "amount_cents": amount_cents(ref)}
         if self.run_ids:
             job["run"] = run_of(ref, self.run_ids)

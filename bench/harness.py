@@ -312,9 +312,7 @@ def effectgate_setup(
     with EffectgateClient(base_url, token) as setup:
         setup.put_tool(tool, refund_contract(provider.lookup_template))
         run_ids = [
-            setup.create_run(principal="user:chaos", external_id=f"{external_prefix}{index}")[
-                "id"
-            ]
+            setup.create_run(principal="user:chaos", external_id=f"{external_prefix}{index}")["id"]
             for index in range(runs)
         ]
         if repeats is not None:
