@@ -92,7 +92,9 @@ sweep: $(STAMP)
 	$(PY) manage.py sweep
 
 # The proof (docs/benchmarks.md). chaos: N refunds (default 2000) through a naive runner
-# and through Effectgate under the same seeded faults; PostgreSQL when DATABASE_URL is
+# and through Effectgate under the same seeded faults, then through a naive TypeScript
+# loop and @effectgate/client's Runner where clients/typescript/node_modules exists
+# (CHAOS_ARGS=--no-ts: not); PostgreSQL when DATABASE_URL is
 # set (a database of its own, effectgate_chaos), else SQLite. bench: the lifecycle
 # through the API against its essential statements, claim contention, intent hashing,
 # pages and sweeps at SIZES, the transparency log's sealer (PostgreSQL);
