@@ -40,3 +40,31 @@ def run(
 
 def package_json() -> dict[str, Any]:
     return json.loads((PACKAGE / "package.json").read_text("utf-8"))
+
+
+def source_workspace(folder: Path) -> None:
+    """Make ``folder`` a place where TypeScript examples run with tsx as in a project that
+    installed ``@effectgate/client``: the package's own node_modules (its dependencies
+    and the frameworks of the guards), and the import name mapped to its sources (tsx
+    reads ``paths``), so an example runs on this checkout without a build."""
+    installed()
+    (folder / "package.json").write_text(json.dumps({"type": "module", "private": True}))
+    (folder / "tsconfig.json").write_text(
+        json.dumps(
+            {
+                "compilerOptions": {
+                    "module": "NodeNext",
+                    "moduleResolution": "NodeNext",
+                    "target": "ES2022",
+                    "strict": True,
+                    "paths": {
+                        "@effectgate/client": [str(PACKAGE / "src" / "index.ts")],
+                        "@effectgate/client/*": [str(PACKAGE / "src" / "*.ts")],
+                    },
+                }
+            }
+        )
+    )
+    link = folder / "node_modules"
+    if not link.exists():
+        link.symlink_to(PACKAGE / "node_modules", target_is_directory=True)
