@@ -18,11 +18,17 @@ def installed() -> None:
     """Fail, saying what to run, when node or the package's npm dependencies are missing
     (``make test`` installs them: ``npm ci`` in clients/typescript)."""
     assert shutil.which("node"), "node is not installed (make test installs nodejs)"
-    assert (BIN / "tsx").exists(), "clients/typescript has no node_modules: run make test or npm ci there"
+    assert (BIN / "tsx").exists(), (
+        "clients/typescript has no node_modules: run make test or npm ci there"
+    )
 
 
 def run(
-    command: list[str], *, env: dict[str, str] | None = None, cwd: Path = PACKAGE, timeout: float = 300
+    command: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path = PACKAGE,
+    timeout: float = 300,
 ) -> subprocess.CompletedProcess[str]:
     """A command in ``cwd`` with the package's tools on PATH; its output is printed."""
     full_env = {
@@ -34,7 +40,9 @@ def run(
     done = subprocess.run(
         command, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout, check=False
     )
-    print(f"\n$ {' '.join(command)} (exit {done.returncode})\n{(done.stdout + done.stderr)[-6000:]}")
+    print(
+        f"\n$ {' '.join(command)} (exit {done.returncode})\n{(done.stdout + done.stderr)[-6000:]}"
+    )
     return done
 
 
