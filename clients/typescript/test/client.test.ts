@@ -192,7 +192,10 @@ describe("typed problems (the live server)", () => {
     await assert.rejects(client.createRun({ principal: "user:alice" }), (e: unknown) => {
       assert.ok(e instanceof NotAuthenticated);
       assert.equal(e.status, 401);
-      assert.equal(e.requestId, e.problem.request_id ?? seen.at(-1));
+      // The server's id for the request, in the body and the header alike.
+      assert.match(e.requestId ?? "", /^req_[a-z0-9]{26}$/);
+      assert.equal(e.requestId, e.problem.request_id);
+      assert.equal(e.requestId, seen.at(-1));
       return true;
     });
   });
