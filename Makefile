@@ -114,7 +114,7 @@ sweep: $(STAMP)
 
 # The proof (docs/benchmarks.md). chaos: N refunds (default 2000) through a naive runner
 # and through Effectgate under the same seeded faults, then through a naive TypeScript
-# loop and @effectgate/client's Runner where clients/typescript/node_modules exists
+# loop and @effectgate/client's Runner where npm installed clients/typescript
 # (CHAOS_ARGS=--no-ts: not); PostgreSQL when DATABASE_URL is
 # set (a database of its own, effectgate_chaos), else SQLite. bench: the lifecycle
 # through the API against its essential statements, claim contention, intent hashing,
@@ -128,7 +128,7 @@ sweep: $(STAMP)
 # one and 10 in bulk and of support resolving 5 unknown outcomes (chromium, a fresh
 # database: PostgreSQL when DATABASE_URL is set, else SQLite); REVIEW_ARGS for its options.
 .PHONY: chaos bench bench-decide bench-review soak
-chaos: $(STAMP)
+chaos: $(STAMP) $(TS_STAMP)
 	$(PY) -m bench.chaos --n $(or $(N),2000) $(CHAOS_ARGS)
 
 bench: $(STAMP) $(CHROMIUM)
