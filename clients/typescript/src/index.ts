@@ -1,4 +1,7 @@
-// @effectgate/client: the runner API of Effectgate, typed, and a Runner that calls a
-// side-effecting tool at most once. The parts land module by module; this file
-// re-exports them.
-export const API_VERSION = "1";
+export * from "./errors.js";
+export * from "./client.js";
+export * from "./outcomes.js";
+export * from "./runner.js";
+export * from "./waiters.js";
+export type * from "./types.js";
+export * from "./webhooks.js";
