@@ -101,28 +101,29 @@ def _node_test(live_server, tmp_path, name: str) -> tuple[subprocess.CompletedPr
     return done, decider
 
 
-def _passed(done: subprocess.CompletedProcess) -> str:
+def _passed(done: subprocess.CompletedProcess, tests: int) -> str:
+    """Every test of the file ran and passed (none skipped, none missing)."""
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
-    assert "ℹ fail 0" in output, output[-6000:]
-    assert "ℹ pass 0" not in output, output[-6000:]
+    for line in ("ℹ fail 0", f"ℹ pass {tests}", "ℹ skipped 0", "ℹ todo 0"):
+        assert line in output, output[-6000:]
     return output
 
 
 def test_ai_sdk_guard(live_server, tmp_path):
     done, decider = _node_test(live_server, tmp_path, "guard-ai-sdk.test.ts")
-    output = _passed(done)
+    output = _passed(done, tests=3)
     # An approval and a rejection, both made here while node waited.
     assert sorted(approve for _, approve in decider.decided) == [False, True], output[-3000:]
 
 
 def test_openai_agents_guard(live_server, tmp_path):
     done, decider = _node_test(live_server, tmp_path, "guard-openai-agents.test.ts")
-    output = _passed(done)
+    output = _passed(done, tests=3)
     assert sorted(approve for _, approve in decider.decided) == [False, True], output[-3000:]
 
 
 def test_mcp_guard(live_server, tmp_path):
     done, decider = _node_test(live_server, tmp_path, "guard-mcp.test.ts")
-    output = _passed(done)
+    output = _passed(done, tests=4)
     assert sorted(approve for _, approve in decider.decided) == [False, True], output[-3000:]

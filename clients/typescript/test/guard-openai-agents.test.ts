@@ -1,0 +1,111 @@
+// The OpenAI Agents SDK guard against a live Effectgate, with the SDK's own scripted
+// model (ScriptedModel from @openai/agents/testing: no network, no model).
+
+import assert from "node:assert/strict";
+import { describe, test } from "node:test";
+
+import { Agent, RunState, run, setTracingDisabled, tool } from "@openai/agents";
+import { ScriptedModel, assistantMessage, functionCall } from "@openai/agents/testing";
+import { z } from "zod";
+
+import { approvalRequest, currentAttempt, guard } from "../src/openai-agents.js";
+import { decide, liveRunner, refundContract, Refunds, toolName } from "./guard-support.js";
+
+setTracingDisabled(true);
+
+function script(name: string, args: Record<string, unknown>): ScriptedModel {
+  return new ScriptedModel([[functionCall(name, args, { callId: "call_1" })], [assistantMessage("Done.")]]);
+}
+
+/** What the model read as the tool's output in its last request. */
+function toolOutput(model: ScriptedModel): Record<string, unknown> {
+  const input = model.lastCall!.request.input as { type: string; output?: { text?: string } | string }[];
+  const result = input.filter((item) => item.type === "function_call_result").at(-1)!;
+  const text = typeof result.output === "string" ? result.output : result.output!.text!;
+  return JSON.parse(text) as Record<string, unknown>;
+}
+
+async function setUp(approval: Record<string, unknown> = { mode: "never" }) {
+  const runner = liveRunner();
+  const name = toolName("agents_refund");
+  const effectgateRun = (await runner.client.createRun({ principal: "user:alice" })).id;
+  const refunds = new Refunds();
+  const refund = tool({
+    name,
+    description: "Refund a payment.",
+    parameters: z.object({ payment_id: z.string(), amount_cents: z.number().int() }),
+    errorFunction: null, // errors reach Effectgate
+    execute: async ({ payment_id, amount_cents }) =>
+      refunds.refund(payment_id, amount_cents, currentAttempt()?.idempotencyKey),
+  });
+  const guarded = guard(refund, { runner, run: effectgateRun, contract: refundContract({ approval } as never) });
+  return { name, refunds, guarded };
+}
+
+describe("OpenAI Agents SDK guard", () => {
+  test("a call runs once through Effectgate, and a run that repeats it does not call again", async () => {
+    const { name, refunds, guarded } = await setUp();
+    const args = { payment_id: "pay_1", amount_cents: 500 };
+    const model = script(name, args);
+    const result = await run(new Agent({ name: "support", tools: [guarded], model }), "Refund pay_1");
+    assert.equal(result.finalOutput, "Done.");
+    assert.equal(refunds.committed.length, 1);
+    assert.match(refunds.committed[0]!.key ?? "", /.{16,}/);
+    const envelope = toolOutput(model);
+    assert.equal(envelope["status"], "succeeded");
+    assert.equal(envelope["result"], "re_1");
+
+    const again = script(name, args);
+    await run(new Agent({ name: "support", tools: [guarded], model: again }), "Refund pay_1");
+    assert.equal(refunds.committed.length, 1, "the repeated call must not refund again");
+    assert.equal(toolOutput(again)["result"], "re_1");
+  });
+
+  test("a pending approval interrupts the run; resumed after the decision, the call runs exactly once", async () => {
+    const { name, refunds, guarded } = await setUp({ mode: "always" });
+    const model = script(name, { payment_id: "pay_2", amount_cents: 70000 });
+    const agent = new Agent({ name: "support", tools: [guarded], model });
+    let result = await run(agent, "Refund pay_2");
+    assert.equal(result.interruptions.length, 1);
+    assert.equal(refunds.committed.length, 0);
+    const request = approvalRequest(result.interruptions[0]!);
+    assert.ok(request?.approval);
+    assert.match(request.approvalUrl ?? "", new RegExp(`/approvals/${request.approval}/$`));
+    const saved = result.state.toString(); // e.g. kept in a database across a restart
+
+    // Resumed before anyone decided: it interrupts again and nothing runs.
+    result = await run(agent, await RunState.fromString(agent, saved));
+    assert.equal(result.interruptions.length, 1);
+    assert.equal(refunds.committed.length, 0);
+
+    await decide(request.approval, true, "ok");
+    result = await run(agent, await RunState.fromString(agent, saved));
+    assert.equal(result.interruptions.length, 0);
+    assert.equal(result.finalOutput, "Done.");
+    assert.equal(refunds.committed.length, 1);
+    assert.equal(toolOutput(model)["status"], "succeeded");
+
+    // The same saved state resumed again (a second worker, a retry): no second refund.
+    const replay = script(name, { payment_id: "pay_2", amount_cents: 70000 });
+    const second = new Agent({ name: "support", tools: [guarded], model: replay });
+    const state = await RunState.fromString(second, saved);
+    await run(second, state);
+    assert.equal(refunds.committed.length, 1);
+  });
+
+  test("a rejection in Effectgate reaches the model with the reviewer's comment; nothing runs", async () => {
+    const { name, refunds, guarded } = await setUp({ mode: "always" });
+    const model = script(name, { payment_id: "pay_3", amount_cents: 90000 });
+    const agent = new Agent({ name: "support", tools: [guarded], model });
+    let result = await run(agent, "Refund pay_3");
+    const request = approvalRequest(result.interruptions[0]!);
+    await decide(request!.approval!, false, "Refunded by phone already");
+    result = await run(agent, result.state);
+    assert.equal(result.finalOutput, "Done.");
+    assert.equal(refunds.committed.length, 0);
+    const envelope = toolOutput(model);
+    assert.equal(envelope["status"], "rejected");
+    assert.equal(envelope["code"], "approval_rejected");
+    assert.match(String(envelope["message"]), /Refunded by phone already/);
+  });
+});
