@@ -26,7 +26,7 @@ from operations import services
 from tests.approvals.conftest import person
 from tests.conftest import make_runner
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "typescript"
 NODE_TIMEOUT_S = 240
@@ -88,7 +88,7 @@ def _node_test(live_server, tmp_path, name: str) -> tuple[subprocess.CompletedPr
     }
     try:
         done = subprocess.run(
-            [node, "--import", "tsx", "--test", "--test-reporter=spec", f"test/{name}"],
+            [node, "--import", "tsx", "--test", "--test-reporter=tap", f"test/{name}"],
             cwd=PACKAGE,
             env=env,
             capture_output=True,
@@ -105,8 +105,8 @@ def _passed(done: subprocess.CompletedProcess, tests: int) -> str:
     """Every test of the file ran and passed (none skipped, none missing)."""
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
-    for line in ("ℹ fail 0", f"ℹ pass {tests}", "ℹ skipped 0", "ℹ todo 0"):
-        assert line in output, output[-6000:]
+    for line in (f"# tests {tests}", f"# pass {tests}", "# fail 0", "# skipped 0", "# todo 0"):
+        assert f"\n{line}\n" in output, output[-6000:]
     return output
 
 

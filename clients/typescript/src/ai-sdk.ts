@@ -137,7 +137,7 @@ export function guard<T extends AnyTool>(tool: T, options: GuardOptions): T {
           operationKey: key(opts.toolCallId, input),
           arguments: input as Record<string, unknown>,
           callId: opts.toolCallId,
-          ...(options.approvalWaitS !== undefined ? { approvalWaitS: options.approvalWaitS } : { approvalWaitS: 0 }),
+          approvalWaitS: options.approvalWaitS ?? 0,
           call: async (attempt: AttemptContext) => {
             called = true;
             const signal = opts.abortSignal ? AbortSignal.any([opts.abortSignal, attempt.signal]) : attempt.signal;
