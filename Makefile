@@ -1,12 +1,15 @@
 # The commands of the README: `make run`, `make test` and `make check`. Each sets up what
 # it needs on a fresh machine (virtual environment, dependencies, database schema; for
-# `make test` also axe-core from npm and Debian's chromium for the browser tests).
+# `make test` also axe-core from npm and Debian's chromium for the browser tests, and the
+# TypeScript client's npm dependencies).
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml client/pyproject.toml | cksum | cut -d' ' -f1)
 AXE_STAMP := node_modules/.installed-$(shell cksum package-lock.json | cut -d' ' -f1)
+TS := clients/typescript
+TS_STAMP := $(TS)/node_modules/.installed-$(shell cksum $(TS)/package-lock.json | cut -d' ' -f1)
 CHROMIUM := /usr/bin/chromium
 PORT ?= 8000
 # The suite runs in parallel processes (pytest-xdist), one per core with `auto`, each on
@@ -54,6 +57,24 @@ $(AXE_STAMP): package.json package-lock.json
 	command -v npm >/dev/null 2>&1 || exit 0; \
 	npm ci --no-audit --no-fund && touch $@
 
+# @effectgate/client (clients/typescript): its npm dependencies from its lockfile, and the
+# package built (dist/, with its types). Its tests (tests/client_ts) and the TypeScript
+# doc examples run on them; nothing is fetched at run time.
+$(TS_STAMP): $(TS)/package.json $(TS)/package-lock.json
+	@$(APT_INSTALL); \
+	command -v npm >/dev/null 2>&1 || \
+	    apt_install "nodejs npm" "the TypeScript client's tests will fail without npm."; \
+	command -v npm >/dev/null 2>&1 || exit 0; \
+	cd $(TS) && npm ci --no-audit --no-fund && npm run --silent build && touch $(CURDIR)/$@
+
+# Regenerate the TypeScript client's types from this checkout's OpenAPI document (a test
+# fails while src/schema.d.ts differs from what /api/schema/ serves).
+.PHONY: ts-schema
+ts-schema: $(STAMP) $(TS_STAMP)
+	mkdir -p var
+	$(PY) manage.py spectacular --format openapi-json --file var/openapi.json
+	cd $(TS) && npm run --silent schema -- $(CURDIR)/var/openapi.json -o src/schema.d.ts
+
 # The browser tests drive Debian's chromium; without it they fail and say so.
 $(CHROMIUM):
 	@$(APT_INSTALL); apt_install chromium "the browser tests will fail."
@@ -67,7 +88,7 @@ doc-tools:
 
 # Everything CI runs: lint, format check, migrations in step with the models, types,
 # import contracts, then the whole suite (PostgreSQL when DATABASE_URL points at it).
-test: $(STAMP) $(AXE_STAMP) $(CHROMIUM) doc-tools
+test: $(STAMP) $(AXE_STAMP) $(TS_STAMP) $(CHROMIUM) doc-tools
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(PY) manage.py makemigrations --check --dry-run
@@ -77,7 +98,7 @@ test: $(STAMP) $(AXE_STAMP) $(CHROMIUM) doc-tools
 
 # The fast loop while working: the same static checks and the suite without the slow
 # and browser tests.
-check: $(STAMP)
+check: $(STAMP) $(TS_STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy

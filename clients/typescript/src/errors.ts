@@ -349,6 +349,10 @@ export class InvalidSignature extends ProblemError {
 export class StaleEvent extends ProblemError {
   static override readonly code: string = "stale_event";
 }
+export class PolicyInvalid extends ProblemError {
+  static override readonly code: string = "policy_invalid";
+}
+
 export class NotSealed extends ProblemError {
   static override readonly code: string = "not_sealed";
 }
@@ -398,6 +402,7 @@ for (const cls of [
   DecisionRefused,
   InvalidSignature,
   StaleEvent,
+  PolicyInvalid,
   NotSealed,
 ]) {
   ProblemError.registry[cls.code] = cls;
