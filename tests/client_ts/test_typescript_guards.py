@@ -11,8 +11,6 @@ on the tool, then writes ``<approval id>.done`` (or ``.error`` with the reason).
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import threading
 from pathlib import Path
@@ -24,11 +22,11 @@ from guardian.shortcuts import assign_perm
 from approvals.models import ApprovalRequest
 from operations import services
 from tests.approvals.conftest import person
+from tests.client_ts.support import installed, run
 from tests.conftest import make_runner
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-PACKAGE = Path(__file__).resolve().parents[2] / "clients" / "typescript"
 NODE_TIMEOUT_S = 240
 
 
@@ -70,29 +68,25 @@ class Decider(threading.Thread):
         (self.folder / f"{approval_id}.done").write_text("ok")
 
 
-def _node_test(live_server, tmp_path, name: str) -> tuple[subprocess.CompletedProcess, Decider]:
-    node = shutil.which("node")
-    assert node, "node is not installed (make test installs it)"
-    assert (PACKAGE / "node_modules" / "tsx").is_dir(), "run `npm ci` in clients/typescript"
+def _node_test(
+    live_server, tmp_path: Path, name: str
+) -> tuple[subprocess.CompletedProcess[str], Decider]:
+    installed()
     api = make_runner()
     decisions = tmp_path / "decisions"
     decisions.mkdir()
     decider = Decider(decisions)
     decider.start()
     env = {
-        **os.environ,
         "EFFECTGATE_URL": live_server.url,
         "EFFECTGATE_TOKEN": api.token,
         "EFFECTGATE_DECISIONS": str(decisions),
         "OPENAI_AGENTS_DISABLE_TRACING": "1",
     }
     try:
-        done = subprocess.run(
-            [node, "--import", "tsx", "--test", "--test-reporter=tap", f"test/{name}"],
-            cwd=PACKAGE,
+        done = run(
+            ["node", "--import", "tsx", "--test", "--test-reporter=tap", f"test/{name}"],
             env=env,
-            capture_output=True,
-            text=True,
             timeout=NODE_TIMEOUT_S,
         )
     finally:
@@ -101,7 +95,7 @@ def _node_test(live_server, tmp_path, name: str) -> tuple[subprocess.CompletedPr
     return done, decider
 
 
-def _passed(done: subprocess.CompletedProcess, tests: int) -> str:
+def _passed(done: subprocess.CompletedProcess[str], tests: int) -> str:
     """Every test of the file ran and passed (none skipped, none missing)."""
     output = done.stdout + done.stderr
     assert done.returncode == 0, output[-6000:]
