@@ -4,7 +4,8 @@ runner and the framework's own mock or scripted model (no network, no model), wh
 side plays the person who decides on approvals.
 
 A node test asks for a decision by writing ``<approval id>.json`` into the folder named
-by ``EFFECTGATE_DECISIONS`` (``{"approve": bool, "comment": str}``); the decider thread
+by ``EFFECTGATE_DECISIONS`` (``{"approve": bool, "comment": str, "edits": {pointer:
+value} | null}``); the decider thread
 here makes it with ``operations.services.approval_decide`` as a person allowed to decide
 on the tool, then writes ``<approval id>.done`` (or ``.error`` with the reason)."""
 
@@ -60,6 +61,7 @@ class Decider(threading.Thread):
                 user=approver,
                 approve=bool(asked["approve"]),
                 comment=str(asked["comment"]),
+                edits=asked.get("edits") or None,
             )
         except Exception as exc:  # reported to the node test, which fails with it
             (self.folder / f"{approval_id}.error").write_text(f"{type(exc).__name__}: {exc}")
@@ -106,14 +108,14 @@ def _passed(done: subprocess.CompletedProcess[str], tests: int) -> str:
 
 def test_ai_sdk_guard(live_server, tmp_path):
     done, decider = _node_test(live_server, tmp_path, "guard-ai-sdk.test.ts")
-    output = _passed(done, tests=3)
-    # An approval and a rejection, both made here while node waited.
-    assert sorted(approve for _, approve in decider.decided) == [False, True], output[-3000:]
+    output = _passed(done, tests=5)
+    # Two approvals (one with changes) and a rejection, made here while node waited.
+    assert sorted(approve for _, approve in decider.decided) == [False, True, True], output[-3000:]
 
 
 def test_openai_agents_guard(live_server, tmp_path):
     done, decider = _node_test(live_server, tmp_path, "guard-openai-agents.test.ts")
-    output = _passed(done, tests=3)
+    output = _passed(done, tests=5)
     assert sorted(approve for _, approve in decider.decided) == [False, True], output[-3000:]
 
 

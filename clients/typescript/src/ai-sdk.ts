@@ -235,7 +235,9 @@ export async function approvalResponses(
         approval: approval.id ?? null,
         approvalUrl: approvalUrl(runner.client.baseUrl, operation),
       });
-    } else if (approval.status === "approved") {
+    } else if (approval.status === "approved" || operation.status === "superseded") {
+      // Approved, perhaps with changes (the operation is then superseded by an edited
+      // copy, which execute runs with the person's arguments).
       responses.push({ type: "tool-approval-response", approvalId: request.approvalId, approved: true, reason: "Approved in Effectgate." });
     } else {
       // Rejected, expired or revoked: the model reads Effectgate's sentence for it.

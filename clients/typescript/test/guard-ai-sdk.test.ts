@@ -51,10 +51,10 @@ function toolResults(prompts: unknown[]): { type: string; value?: unknown; reaso
     .flatMap((message) => message.content.filter((part) => part.type === "tool-result").map((part) => part.output));
 }
 
-async function setUp(approval: Record<string, unknown> = { mode: "never" }) {
+async function setUp(approval: Record<string, unknown> = { mode: "never" }, budgets?: { max_tool_calls: number }) {
   const runner = liveRunner();
   const name = toolName("ai_refund");
-  const run = (await runner.client.createRun({ principal: "user:alice" })).id;
+  const run = (await runner.client.createRun({ principal: "user:alice", ...(budgets ? { budgets } : {}) })).id;
   const refunds = new Refunds();
   const refund = tool({
     description: "Refund a payment.",
@@ -144,5 +144,48 @@ describe("AI SDK guard", () => {
     const [seen] = toolResults(prompts);
     assert.equal(seen!.type, "execution-denied");
     assert.match(seen!.reason ?? "", /Refunded by phone already/);
+  });
+
+  test("approved with changes: the call runs once, with the person's amount", async () => {
+    const { name, refunds, tools } = await setUp({ mode: "always", editable: ["/amount_cents"] });
+    const { model, prompts } = scriptedModel(name, { payment_id: "pay_4", amount_cents: 80000 });
+    const messages: ModelMessage[] = [{ role: "user", content: "Refund pay_4" }];
+    const first = await generateText({ model, tools, messages, stopWhen: isStepCount(3) });
+    messages.push(...first.response.messages);
+    const { pending } = await approvalResponses(messages, tools);
+    await decide(pending[0]!.approval!, true, "half of it", { "/amount_cents": 40000 });
+    const { message } = await approvalResponses(messages, tools);
+    assert.ok(message);
+    messages.push(message);
+    await generateText({ model, tools, messages, stopWhen: isStepCount(3) });
+    assert.deepEqual(
+      refunds.committed.map(({ payment_id, amount_cents }) => [payment_id, amount_cents]),
+      [["pay_4", 40000]],
+    );
+    const [seen] = toolResults(prompts);
+    assert.equal((seen!.value as Record<string, unknown>)["status"], "succeeded");
+  });
+
+  test("a run out of budget reaches the model as a refusal; nothing runs", async () => {
+    const { name, refunds, tools } = await setUp({ mode: "never" }, { max_tool_calls: 1 });
+    const first = scriptedModel(name, { payment_id: "pay_5", amount_cents: 100 });
+    await generateText({ model: first.model, tools, prompt: "Refund pay_5", stopWhen: isStepCount(3) });
+    // A second call (a new call id) in the same run: over the run's budget.
+    const second = new MockLanguageModelV4({
+      doGenerate: [
+        {
+          content: [{ type: "tool-call", toolCallId: "call_2", toolName: name, input: JSON.stringify({ payment_id: "pay_6", amount_cents: 100 }) }],
+          finishReason: { unified: "tool-calls", raw: undefined },
+          usage,
+          warnings: [],
+        },
+        { content: [{ type: "text", text: "Done." }], finishReason: { unified: "stop", raw: undefined }, usage, warnings: [] },
+      ],
+    });
+    const result = await generateText({ model: second, tools, prompt: "Refund pay_6", stopWhen: isStepCount(3) });
+    assert.equal(refunds.committed.length, 1);
+    const envelope = result.steps[0]!.toolResults[0]!.output as Record<string, unknown>;
+    assert.equal(envelope["status"], "refused");
+    assert.equal(envelope["code"], "budget_exhausted");
   });
 });

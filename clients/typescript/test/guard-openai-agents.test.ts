@@ -13,8 +13,8 @@ import { decide, liveRunner, refundContract, Refunds, toolName } from "./guard-s
 
 setTracingDisabled(true);
 
-function script(name: string, args: Record<string, unknown>): ScriptedModel {
-  return new ScriptedModel([[functionCall(name, args, { callId: "call_1" })], [assistantMessage("Done.")]]);
+function script(name: string, args: Record<string, unknown>, callId = "call_1"): ScriptedModel {
+  return new ScriptedModel([[functionCall(name, args, { callId })], [assistantMessage("Done.")]]);
 }
 
 /** What the model read as the tool's output in its last request. */
@@ -107,5 +107,61 @@ describe("OpenAI Agents SDK guard", () => {
     assert.equal(envelope["status"], "rejected");
     assert.equal(envelope["code"], "approval_rejected");
     assert.match(String(envelope["message"]), /Refunded by phone already/);
+  });
+
+  test("a tool error is an unknown outcome, never retried; even one the SDK turned into text", async () => {
+    const runner = liveRunner();
+    const effectgateRun = (await runner.client.createRun({ principal: "user:alice" })).id;
+    const contract = refundContract();
+    let calls = 0;
+    const failing = (name: string, errorFunction: null | undefined) =>
+      guard(
+        tool({
+          name,
+          description: "Refund, then lose the answer.",
+          parameters: z.object({ payment_id: z.string(), amount_cents: z.number().int() }),
+          ...(errorFunction === null ? { errorFunction: null } : {}),
+          execute: async () => {
+            calls += 1;
+            throw new Error("the provider's answer was lost");
+          },
+        }),
+        { runner, run: effectgateRun, contract },
+      );
+    for (const errorFunction of [null, undefined]) {
+      const name = toolName("agents_lost");
+      const guarded = failing(name, errorFunction);
+      for (let i = 0; i < 2; i++) {
+        const model = script(name, { payment_id: "pay_7", amount_cents: 100 });
+        await run(new Agent({ name: "support", tools: [guarded], model }), "Refund pay_7");
+        assert.equal(toolOutput(model)["status"], "outcome_unknown");
+      }
+    }
+    assert.equal(calls, 2, "each tool ran once: an unknown outcome is not retried");
+  });
+
+  test("a run out of budget reaches the model as a refusal; an SDK timeout is refused", async () => {
+    const runner = liveRunner();
+    const effectgateRun = (await runner.client.createRun({ principal: "user:alice", budgets: { max_tool_calls: 1 } })).id;
+    const refunds = new Refunds();
+    const name = toolName("agents_budget");
+    const options = {
+      name,
+      description: "Refund a payment.",
+      parameters: z.object({ payment_id: z.string(), amount_cents: z.number().int() }),
+      errorFunction: null,
+      execute: async ({ payment_id, amount_cents }: { payment_id: string; amount_cents: number }) =>
+        refunds.refund(payment_id, amount_cents, undefined),
+    };
+    const guarded = guard(tool(options), { runner, run: effectgateRun, contract: refundContract() });
+    await run(new Agent({ name: "support", tools: [guarded], model: script(name, { payment_id: "pay_8", amount_cents: 100 }) }), "Refund pay_8");
+    assert.equal(refunds.committed.length, 1);
+    // A second call (a new call id) in the same run: over the run's budget.
+    const model = script(name, { payment_id: "pay_9", amount_cents: 100 }, "call_2");
+    await run(new Agent({ name: "support", tools: [guarded], model }), "Refund pay_9");
+    assert.equal(refunds.committed.length, 1);
+    assert.equal(toolOutput(model)["status"], "refused");
+    assert.equal(toolOutput(model)["code"], "budget_exhausted");
+    assert.throws(() => guard(tool({ ...options, timeoutMs: 1000 }), { runner, run: effectgateRun }), /timeoutMs/);
   });
 });

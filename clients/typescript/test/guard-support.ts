@@ -4,7 +4,7 @@
 // Python side (the runner token cannot decide: separation of duties).
 
 import { randomBytes } from "node:crypto";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readFileSync, renameSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 import { EffectgateClient, Runner, type ToolContract } from "../src/index.js";
@@ -50,13 +50,18 @@ export class Refunds {
 }
 
 /** A person decides on an approval: pytest does it with operations.services and says
- * when it is done (a request file and an answer file in EFFECTGATE_DECISIONS). */
-export async function decide(approvalId: string, approve: boolean, comment: string): Promise<void> {
+ * when it is done (a request file and an answer file in EFFECTGATE_DECISIONS). `edits`
+ * (JSON pointer to value) approves with changes, for fields the contract makes editable. */
+export async function decide(
+  approvalId: string,
+  approve: boolean,
+  comment: string,
+  edits?: Record<string, unknown>,
+): Promise<void> {
   const dir = need("EFFECTGATE_DECISIONS");
   const request = join(dir, `${approvalId}.json`);
-  writeFileSync(`${request}.tmp`, JSON.stringify({ approval: approvalId, approve, comment }));
+  writeFileSync(`${request}.tmp`, JSON.stringify({ approval: approvalId, approve, comment, edits: edits ?? null }));
   // Renamed into place so that pytest never reads half a file.
-  const { renameSync } = await import("node:fs");
   renameSync(`${request}.tmp`, request);
   for (let waited = 0; waited < 30_000; waited += 50) {
     if (existsSync(join(dir, `${approvalId}.done`))) return;
