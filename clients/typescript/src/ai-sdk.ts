@@ -17,7 +17,7 @@
 //      `message`, `allowed_next_actions`, and `result` once it succeeded). A replayed
 //      call (same run and toolCallId) answers the recorded outcome without calling the
 //      tool again.
-import type { ModelMessage, Tool, ToolApprovalResponse, ToolModelMessage, ToolSet } from "ai";
+import type { InferToolInput, ModelMessage, Tool, ToolApprovalResponse, ToolModelMessage, ToolSet } from "ai";
 
 import {
   approvalUrl,
@@ -81,8 +81,11 @@ const guards = new WeakMap<object, Guarded>();
 // A tool of any input; the guarded one answers the envelope.
 type AnyTool = Tool<any, any, any>;
 
+/** A guarded tool: the input of the tool it wraps, Effectgate's envelope as output. */
+export type GuardedTool<T extends AnyTool> = Tool<InferToolInput<T>, Envelope>;
+
 /** `tool` guarded by Effectgate; its output is Effectgate's envelope. */
-export function guard<T extends AnyTool>(tool: T, options: GuardOptions): T {
+export function guard<T extends AnyTool>(tool: T, options: GuardOptions): GuardedTool<T> {
   const inner = tool as AnyTool & {
     execute?: (input: unknown, opts: Record<string, unknown>) => unknown;
     needsApproval?: boolean | ((input: unknown, opts: Record<string, unknown>) => unknown);
@@ -158,21 +161,21 @@ export function guard<T extends AnyTool>(tool: T, options: GuardOptions): T {
   delete guarded["outputSchema"];
   delete guarded["toModelOutput"];
   guards.set(guarded, { options, key });
-  return guarded as unknown as T;
+  return guarded as unknown as GuardedTool<T>;
 }
 
 /** Every tool of `tools` guarded with the same runner and run (each under its key). */
 export function guardTools<T extends ToolSet>(
   tools: T,
   options: Omit<GuardOptions, "name" | "contract"> & { contracts?: Partial<Record<keyof T, ToolContract>> },
-): T {
+): { [K in keyof T]: GuardedTool<T[K]> } {
   const { contracts, ...shared } = options;
   const guarded: Record<string, AnyTool> = {};
   for (const [name, tool] of Object.entries(tools)) {
     const contract = contracts?.[name as keyof T];
     guarded[name] = guard(tool as AnyTool, { ...shared, name, ...(contract ? { contract } : {}) });
   }
-  return guarded as T;
+  return guarded as { [K in keyof T]: GuardedTool<T[K]> };
 }
 
 type Part = { type: string; [key: string]: unknown };
