@@ -2,6 +2,7 @@
 
     python -m bench.chaos [--n 2000] [--seed 20261129] [--fault-rate 0.3] [--workers 16]
                           [--database effectgate_chaos] [--json var/chaos.json]
+                          [--ts | --no-ts]
 
 1. Start Effectgate from nothing: a fresh database (PostgreSQL ``--database`` on
    ``DATABASE_URL``'s server when it is set, else SQLite under ``var/bench/``),
@@ -11,12 +12,17 @@
    provider that ignores idempotency keys, under the seeded fault schedule.
 3. Send the same N refunds through the Effectgate client to a fresh provider with the
    same schedule, then let the sweep and the probes finish what is due.
-4. Count each refund's effects in the provider's records, compare them with what each
+4. The TypeScript phase (``bench.chaos_ts``), by default when node and
+   ``clients/typescript/node_modules`` are there (``--ts`` requires it, ``--no-ts``
+   skips it): steps 2 and 3 again with node processes as the runner workers, a naive
+   TypeScript loop, then ``@effectgate/client``'s ``Runner``, each with a fresh provider
+   and the same schedule; the Runner with a tool, runs and keys of its own.
+5. Count each refund's effects in the provider's records, compare them with what each
    runner (or Effectgate's ledger) says, print the table, what the client had to repeat
    (a ``status:429`` there is request throttling refusing the workload) and write
    ``var/chaos.json``.
 
-Exit status 1 when Effectgate shows a duplicate or a lost operation.
+Exit status 1 when Effectgate shows a duplicate or a lost operation, for either runner.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import sys
 import time
 from pathlib import Path
 
+from . import chaos_ts
 from .fake_provider import FakeProvider
 from .faults import FaultSchedule
 from .harness import (
@@ -68,7 +75,23 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         help="with PostgreSQL, the database to drop and create on DATABASE_URL's server",
     )
     parser.add_argument("--json", type=Path, default=VAR / "chaos.json")
+    parser.add_argument(
+        "--ts",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the TypeScript phase (default: when node and clients/typescript/node_modules "
+        "are there)",
+    )
     return parser.parse_args(argv)
+
+
+def _with_typescript(wanted: bool | None) -> bool:
+    reason = chaos_ts.unavailable()
+    if wanted and reason:
+        raise SystemExit(f"chaos: --ts, but {reason}")
+    if wanted is None and reason:
+        print(f"chaos: no TypeScript phase: {reason}", file=sys.stderr)
+    return wanted is not False and reason is None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed, rate=args.fault_rate, lookup_fault_rate=args.lookup_fault_rate
     )
     items = refs(args.n)
+    typescript = _with_typescript(args.ts)
     base_url = os.environ.get("DATABASE_URL")
     database_url = fresh_database(args.database, base_url=base_url)
     backend = "PostgreSQL" if is_postgres(database_url) else "SQLite"
@@ -127,34 +151,104 @@ def main(argv: list[str] | None = None) -> int:
             import django
 
             django.setup()
+            # Django's LOGGING logs each request of the clients (httpx, INFO): not here.
+            logging.getLogger("httpx").setLevel(logging.WARNING)
             row = account_effectgate(report, provider, items, effectgate_ledger(report.run_ids))
             row["settled"] = settled
             row["settle_s"] = report.extra["settle_s"]
-            row["database"] = backend
             rows.append(row)
+        if typescript:
+            rows.extend(_typescript_phase(args, stack, schedule, items, provider_options))
+    for row in rows:
+        row["database"] = backend
 
     print()
     print(table(rows))
-    naive_row, eg_row = rows
     print()
-    print(
-        f"faults injected (same schedule for both): {json.dumps(eg_row['faults'])}\n"
-        f"naive: {naive_row['refunds_with_duplicates']} refunds paid more than once, "
-        f"{naive_row['crashes']} runner crashes\n"
-        f"effectgate: {eg_row['crashes']} runner crashes, probe answers "
-        f"{json.dumps(eg_row['auto_reconciled_by_result'])}, "
-        f"{eg_row['awaiting_approval_after_not_found']} waiting for a person to approve a "
-        f"retry after the probe found nothing; runner answers "
-        f"{json.dumps(eg_row['runner_answers'])}; answers the client repeated "
-        f"{json.dumps(eg_row['api_repeats'])}"
-    )
+    print(f"faults injected (same schedule for each runner): {json.dumps(rows[1]['faults'])}")
+    for row in rows:
+        print(_summary(row))
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(rows, indent=2) + "\n")
     print(f"written to {args.json}")
-    if eg_row["duplicates"] or eg_row["lost"]:
-        print("FAIL: Effectgate shows duplicates or lost operations", file=sys.stderr)
+    failed = [
+        row["runner"] for row in rows if _effectgate(row) and (row["duplicates"] or row["lost"])
+    ]
+    if failed:
+        print(
+            f"FAIL: duplicates or lost operations through Effectgate ({', '.join(failed)})",
+            file=sys.stderr,
+        )
         return 1
     return 0
+
+
+def _effectgate(row: dict) -> bool:
+    return row["runner"].startswith("effectgate")
+
+
+def _summary(row: dict) -> str:
+    if not _effectgate(row):
+        return (
+            f"{row['runner']}: {row['refunds_with_duplicates']} refunds paid more than once, "
+            f"{row['crashes']} runner crashes"
+        )
+    return (
+        f"{row['runner']}: {row['crashes']} runner crashes, probe answers "
+        f"{json.dumps(row['auto_reconciled_by_result'])}, "
+        f"{row['awaiting_approval_after_not_found']} waiting for a person to approve a "
+        f"retry after the probe found nothing; runner answers "
+        f"{json.dumps(row['runner_answers'])}; answers the client repeated "
+        f"{json.dumps(row['api_repeats'])}"
+    )
+
+
+def _typescript_phase(
+    args: argparse.Namespace,
+    stack: Stack,
+    schedule: FaultSchedule,
+    items: list[str],
+    provider_options: dict,
+) -> list[dict]:
+    """Steps 2 and 3 with node processes as the runner workers (bench/chaos_ts.py)."""
+    logs = VAR / "bench" / "chaos"
+    rows = []
+    with FakeProvider(schedule, **provider_options) as provider:
+        naive = chaos_ts.run_naive_ts(
+            provider,
+            items,
+            workers=args.workers,
+            timeout_s=args.timeout_s,
+            log_path=logs / "naive-ts.log",
+            progress=Progress("naive-ts", len(items)),
+        )
+        rows.append(account_naive(naive, provider, items))
+    with FakeProvider(schedule, **provider_options) as provider:
+        report = chaos_ts.run_effectgate_ts(
+            stack.base_url,
+            stack.token,
+            provider,
+            items,
+            workers=args.workers,
+            timeout_s=args.timeout_s,
+            lease_s=args.lease_s,
+            log_path=logs / "effectgate-ts.log",
+            progress=Progress("eg-ts", len(items)),
+        )
+        settle_started = time.monotonic()
+        settled = settle(
+            stack.base_url,
+            stack.token,
+            tool=chaos_ts.TS_TOOL,
+            repeats=report.extra["api_repeats"],
+        )
+        report.extra["settle_s"] = round(time.monotonic() - settle_started, 2)
+        ledger = effectgate_ledger(report.run_ids, key_prefix=chaos_ts.TS_KEY_PREFIX)
+        row = account_effectgate(report, provider, items, ledger)
+        row["settled"] = settled
+        row["settle_s"] = report.extra["settle_s"]
+        rows.append(row)
+    return rows
 
 
 if __name__ == "__main__":

@@ -298,6 +298,33 @@ def provider_refund(http: httpx.Client, provider: FakeProvider) -> Callable[[Any
     return refund
 
 
+def effectgate_setup(
+    base_url: str,
+    token: str,
+    provider: FakeProvider,
+    *,
+    tool: str = TOOL,
+    runs: int = 64,
+    external_prefix: str = "chaos-",
+    repeats: Counter[str] | None = None,
+) -> list[str]:
+    """Register the refund tool for ``provider`` and open ``runs`` runs; their ids."""
+    with EffectgateClient(base_url, token) as setup:
+        setup.put_tool(tool, refund_contract(provider.lookup_template))
+        run_ids = [
+            setup.create_run(principal="user:chaos", external_id=f"{external_prefix}{index}")["id"]
+            for index in range(runs)
+        ]
+        if repeats is not None:
+            repeats.update(setup.stats)
+    return run_ids
+
+
+def run_of(ref: str, run_ids: list[str]) -> str:
+    """The run refund ``ref`` belongs to: a redelivered job finds its run again."""
+    return run_ids[int(ref.rsplit("_", 1)[1]) % len(run_ids)]
+
+
 def run_effectgate(
     base_url: str,
     token: str,
@@ -318,13 +345,7 @@ def run_effectgate(
     # lost connection), summed over every client of the run.
     repeats: Counter[str] = Counter()
     repeats_lock = threading.Lock()
-    with EffectgateClient(base_url, token) as setup:
-        setup.put_tool(TOOL, refund_contract(provider.lookup_template))
-        run_ids = [
-            setup.create_run(principal="user:chaos", external_id=f"chaos-{index}")["id"]
-            for index in range(runs)
-        ]
-        repeats.update(setup.stats)
+    run_ids = effectgate_setup(base_url, token, provider, runs=runs, repeats=repeats)
 
     def make_worker() -> tuple[Job, Callable[[], None]]:
         client = EffectgateClient(base_url, token, timeout=30)
@@ -340,7 +361,7 @@ def run_effectgate(
         def job(ref: str) -> str:
             try:
                 result = runner.execute(
-                    run=run_ids[int(ref.rsplit("_", 1)[1]) % runs],
+                    run=run_of(ref, run_ids),
                     tool=TOOL,
                     operation_key=KEY_PREFIX + ref,
                     arguments={"payment_id": ref, "amount_cents": amount_cents(ref)},
@@ -417,7 +438,9 @@ def _settled(client: EffectgateClient, deadline: float, *, tool: str, slack_s: f
 # --- accounting ---------------------------------------------------------------------------
 
 
-def effectgate_ledger(run_ids: list[str]) -> dict[str, dict[str, Any]]:
+def effectgate_ledger(
+    run_ids: list[str], *, key_prefix: str = KEY_PREFIX
+) -> dict[str, dict[str, Any]]:
     """Effectgate's view of each logical refund, read from its database (Django ORM):
     ``{payment_id: {"status", "probe": "committed" | "not_found" | None}}``."""
     from operations.models import Event, Operation
@@ -429,7 +452,7 @@ def effectgate_ledger(run_ids: list[str]) -> dict[str, dict[str, Any]]:
         ).values_list("operation_id", "data__result")
     }
     return {
-        key.removeprefix(KEY_PREFIX): {"status": status, "probe": probes.get(op_id)}
+        key.removeprefix(key_prefix): {"status": status, "probe": probes.get(op_id)}
         for op_id, key, status in Operation.objects.filter(run_id__in=run_ids).values_list(
             "id", "operation_key", "status"
         )
@@ -453,7 +476,7 @@ def _row(runner: str, total: int, wall_s: float) -> dict[str, Any]:
 
 def account_naive(report: RunReport, provider: FakeProvider, items: list[str]) -> dict[str, Any]:
     effects = provider.effects_by_ref()
-    row = _row("naive", len(items), report.wall_s)
+    row = _row(report.runner, len(items), report.wall_s)
     for ref in items:
         count = effects[ref]
         row["provider_effects"] += count
@@ -491,7 +514,7 @@ def account_effectgate(
     without a refund, failure with one, an operation still executing or missing) is lost.
     """
     effects = provider.effects_by_ref()
-    row = _row("effectgate", len(items), report.wall_s)
+    row = _row(report.runner, len(items), report.wall_s)
     awaiting = 0
     probe_results: Counter[str] = Counter()
     for ref in items:
@@ -539,7 +562,8 @@ COLUMNS = [
 def table(rows: list[dict[str, Any]]) -> str:
     """The figures side by side, one column per runner."""
     width = max(len(label) for _, label in COLUMNS) + 2
-    lines = [f"{'':<{width}}" + "".join(f"{row['runner']:>12}" for row in rows)]
+    column = max(12, *(len(row["runner"]) + 2 for row in rows))
+    lines = [f"{'':<{width}}" + "".join(f"{row['runner']:>{column}}" for row in rows)]
     for key, label in COLUMNS:
-        lines.append(f"{label:<{width}}" + "".join(f"{row[key]:>12}" for row in rows))
+        lines.append(f"{label:<{width}}" + "".join(f"{row[key]:>{column}}" for row in rows))
     return "\n".join(lines)

@@ -1,8 +1,9 @@
 """The fenced code blocks of README.md and docs/, and how the doc tests read them.
 
-A ``python`` or ``sh`` block runs in CI (tests/docs/test_examples.py) unless its first line
-is ``# fragment: <why it cannot run alone>``; a fragment is still checked for syntax. A
-block whose first line is ``# continues the block above`` runs after the previous runnable
+A ``python``, ``sh`` or ``ts`` block runs in CI (tests/docs/test_examples.py) unless its
+first line is ``# fragment: <why it cannot run alone>`` (``// fragment: ...`` in
+TypeScript); a fragment is still checked for syntax. A block whose first line is
+``# continues the block above`` (``// continues ...``) runs after the previous runnable
 block of its language in the same file (and that one's predecessors; fragments between
 them are skipped). A ``text output`` block right after a runnable one holds lines its
 output must show, in order (``...`` stands for anything). A block with ``file=NAME`` in
@@ -19,10 +20,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>[^`]*)$")
-FRAGMENT = re.compile(r"^# fragment: (?P<why>\S.*)$")
-CONTINUES = "# continues the block above"
-# The languages that run, and the interpreter family of each.
-RUNNABLE = {"python": "python", "py": "python", "sh": "sh", "bash": "sh", "shell": "sh"}
+FRAGMENT = re.compile(r"^(?:#|//) fragment: (?P<why>\S.*)$")
+CONTINUES = ("# continues the block above", "// continues the block above")
+# The languages that run, and the interpreter family of each (TypeScript runs with tsx).
+RUNNABLE = {
+    "python": "python",
+    "py": "python",
+    "sh": "sh",
+    "bash": "sh",
+    "shell": "sh",
+    "ts": "ts",
+    "typescript": "ts",
+}
 
 
 def doc_files() -> list[Path]:
@@ -43,7 +52,8 @@ class Block:
 
     @property
     def kind(self) -> str | None:
-        """``python`` or ``sh`` for blocks that run (or are fragments of code that would)."""
+        """``python``, ``sh`` or ``ts`` for blocks that run (or are fragments of code that
+        would)."""
         return RUNNABLE.get(self.lang)
 
     @property
@@ -58,7 +68,7 @@ class Block:
 
     @property
     def continues(self) -> bool:
-        return self.first_line == CONTINUES
+        return self.first_line in CONTINUES
 
     @property
     def file_name(self) -> str | None:

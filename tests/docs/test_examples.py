@@ -1,6 +1,6 @@
 """The code blocks of README.md and docs/ are tests: a doc that stops working fails CI.
 
-Each runnable ``python`` and ``sh`` block (tests/docs/blocks.py says how blocks are
+Each runnable ``python``, ``sh`` and ``ts`` block (tests/docs/blocks.py says how blocks are
 marked) runs as its own process against a live Effectgate on the test database
 (PostgreSQL in CI) with one runner token for them all, as a newcomer pasting them one
 after the other would, and a fake payment provider; it must exit 0 and show the lines of
@@ -8,8 +8,9 @@ the ``text output`` block that follows it. What a reader replaces is replaced he
 nothing else (``PLACEHOLDERS``). The first blocks a newcomer pastes (the README's and the
 client's quick start) also run twice against a server set up as `make run` sets it up:
 its demo data, its demo token, no lookup host allowed, no provider but their own.
-Fragments are checked for syntax, TOML and YAML blocks parse (JSON blocks:
-test_api_reference.py).
+TypeScript runs with tsx in a folder where ``@effectgate/client`` resolves to
+clients/typescript (tests/client_ts/support.py). Fragments are checked for syntax, TOML
+and YAML blocks parse (JSON blocks: test_api_reference.py).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from django.core.management import call_command
 
 from bench.fake_provider import FakeProvider
 from operations.models import Tool
+from tests.client_ts.support import BIN, installed, source_workspace
 from tests.conftest import make_runner
 from tests.docs.blocks import ROOT, Block, all_blocks
 
@@ -57,10 +59,13 @@ TOOL_NAMES = [
     re.compile(r""""tool":\s*"([\w.-]+)\""""),
     re.compile(r"""call_tool\(\s*["']([\w.-]+)["']"""),
     re.compile(r"""function_call\(\s*["']([\w.-]+)["']"""),
+    re.compile(r"""putTool\(\s*["']([\w.-]+)["']"""),
+    re.compile(r"""\btool:\s*["']([\w.-]+)["']"""),
 ]
 OPERATION_KEYS = [
     re.compile(r"""operation_key=f?["']([^"'{]+)["']"""),
     re.compile(r""""operation_key":\s*"([^"]+)\""""),
+    re.compile(r"""operationKey:\s*["']([^"'`]+)["']"""),
 ]
 
 
@@ -140,9 +145,13 @@ def test_fragments_are_valid_syntax(block):
 
         ast.parse(block.text, filename=block.where)  # top-level await is allowed here
         return
-    done = subprocess.run(
-        ["bash", "-n"], input=block.text, capture_output=True, text=True, check=False
-    )
+    if block.kind == "ts":
+        # esbuild (tsx's compiler) parses it as TypeScript and checks nothing else.
+        command = [str(BIN / "esbuild"), "--loader=ts", "--log-level=error"]
+        installed()
+    else:
+        command = ["bash", "-n"]
+    done = subprocess.run(command, input=block.text, capture_output=True, text=True, check=False)
     assert done.returncode == 0, f"{block.where}: {done.stderr}"
 
 
@@ -171,13 +180,15 @@ def _run_example(block: Block, values: dict[str, str], tmp_path: Path) -> str:
     for file in [other for other in FILES if other.path == block.path]:
         (tmp_path / file.file_name).write_text(_filled(file.text, values))
     source = _filled(source, values)
-    script = tmp_path / ("example.py" if block.kind == "python" else "example.sh")
+    script = tmp_path / {"python": "example.py", "sh": "example.sh", "ts": "example.ts"}[block.kind]
     script.write_text(source)
-    command = (
-        [sys.executable, str(script)]
-        if block.kind == "python"
-        else ["bash", "-euo", "pipefail", str(script)]  # a failing step fails the example
-    )
+    if block.kind == "python":
+        command = [sys.executable, str(script)]
+    elif block.kind == "ts":
+        source_workspace(tmp_path)
+        command = [str(BIN / "tsx"), str(script)]
+    else:
+        command = ["bash", "-euo", "pipefail", str(script)]  # a failing step fails the example
     env = {
         **{key: value for key, value in os.environ.items() if key != "OPENAI_API_KEY"},
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",

@@ -24,7 +24,12 @@ export type Run = Schemas["RunOut"];
 export type RunBody = Schemas["RunInRequest"];
 export type Budgets = Schemas["BudgetsInRequest"];
 export type Tool = Schemas["ToolOut"];
-export type ToolContract = NonNullable<operations["tools_update"]["requestBody"]>["content"]["application/json"];
+type ContractBody = NonNullable<operations["tools_update"]["requestBody"]>["content"]["application/json"];
+/** The body of `PUT /tools/{name}`. The document types `input_schema` as an object with
+ * no declared members (any JSON Schema), which the generator reads as an empty record. */
+export type ToolContract = Omit<ContractBody, "input_schema"> & {
+  input_schema: Record<string, unknown>;
+};
 export type RegisterBody = Schemas["OperationInRequest"];
 export type OutcomeBody = Schemas["OutcomeInRequest"];
 export type Reconciliation = Schemas["ReconciliationInRequest"];

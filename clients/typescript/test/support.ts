@@ -60,7 +60,7 @@ export function refundContract(
     retry: { max_attempts: 3, retryable_codes: ["rate_limited"], base_delay_ms: 0, max_delay_ms: 0 },
     approval: { mode: "never" },
     ...overrides,
-  } as ToolContract;
+  };
 }
 
 /** A refund at the fake provider, with the attempt's idempotency key; records calls. */
