@@ -30,7 +30,7 @@ import {
   jsonable,
   type Envelope,
 } from "./_guard.js";
-import { EffectgateError, Unknown } from "./index.js";
+import { EffectgateError, Failed, Unknown } from "./index.js";
 import type { AttemptContext, Runner, ToolContract } from "./index.js";
 
 export { currentAttempt, type Envelope };
@@ -90,8 +90,12 @@ export function approvalRequest(item: RunToolApprovalItem): ApprovalRequest | un
   return raw.callId ? requests.get(raw.callId) : undefined;
 }
 
-function parseArguments(input: string): Record<string, unknown> {
-  const parsed: unknown = input ? JSON.parse(input) : {};
+/** The call's arguments as Effectgate registers them: the model's JSON, parsed. The
+ * approval check and the invocation must register the same ones (one intent): the SDK
+ * hands the copy's needsApproval the JSON parsed (the copy's invoke has no SDK parser),
+ * and its invoke the JSON text. */
+function callArguments(input: unknown): Record<string, unknown> {
+  const parsed: unknown = typeof input === "string" ? (input ? JSON.parse(input) : {}) : (input ?? {});
   return parsed !== null && typeof parsed === "object" && !Array.isArray(parsed)
     ? (parsed as Record<string, unknown>)
     : { input: parsed };
@@ -128,7 +132,12 @@ export function guard<T extends FunctionTool<any, any, any>>(tool: T, options: G
     const own = await innerNeedsApproval(ctx, input as never, callId);
     await ensureContract();
     const run = runOf(ctx);
-    const args = (input ?? {}) as Record<string, unknown>;
+    let args: Record<string, unknown>;
+    try {
+      args = callArguments(input);
+    } catch {
+      return own; // not JSON: the SDK answers the model itself
+    }
     try {
       const operation = await client.register({
         run,
@@ -164,7 +173,7 @@ export function guard<T extends FunctionTool<any, any, any>>(tool: T, options: G
     let called = false;
     let envelope: Envelope;
     try {
-      const args = parseArguments(input);
+      const args = callArguments(input);
       const result = await runner.execute({
         run,
         tool: name,
@@ -174,9 +183,18 @@ export function guard<T extends FunctionTool<any, any, any>>(tool: T, options: G
         approvalWaitS: options.approvalWaitS ?? 0,
         call: async (attempt: AttemptContext) => {
           called = true;
-          const output = await inAttempt(attempt, () =>
-            innerInvoke(ctx, JSON.stringify(attempt.arguments), details as never),
-          );
+          let output: unknown;
+          try {
+            output = await inAttempt(attempt, () =>
+              innerInvoke(ctx, JSON.stringify(attempt.arguments), details as never),
+            );
+          } catch (error) {
+            // The tool's own parameters refused the arguments: it never ran.
+            if (error instanceof Error && error.constructor.name === "InvalidToolInputError") {
+              throw new Failed("invalid_tool_input", `${name}: ${error.message}`);
+            }
+            throw error;
+          }
           if (output === SDK_DEFAULT_ERROR_TEXT) {
             throw new Unknown("tool_error_as_text", `${name} raised an error that the SDK's errorFunction turned into text`);
           }

@@ -164,4 +164,27 @@ describe("OpenAI Agents SDK guard", () => {
     assert.equal(toolOutput(model)["code"], "budget_exhausted");
     assert.throws(() => guard(tool({ ...options, timeoutMs: 1000 }), { runner, run: effectgateRun }), /timeoutMs/);
   });
+
+  test("arguments the tool's own parameters refuse end the call as failed; the tool never runs", async () => {
+    const runner = liveRunner();
+    const effectgateRun = (await runner.client.createRun({ principal: "user:alice" })).id;
+    const refunds = new Refunds();
+    const name = toolName("agents_strict");
+    const guarded = guard(
+      tool({
+        name,
+        description: "Refund at least 10 cents.",
+        parameters: z.object({ payment_id: z.string(), amount_cents: z.number().int().min(10) }),
+        errorFunction: null,
+        execute: async ({ payment_id, amount_cents }) => refunds.refund(payment_id, amount_cents, undefined),
+      }),
+      { runner, run: effectgateRun, contract: refundContract() },
+    );
+    const model = script(name, { payment_id: "pay_10", amount_cents: 5 });
+    await run(new Agent({ name: "support", tools: [guarded], model }), "Refund pay_10");
+    assert.equal(refunds.committed.length, 0);
+    const envelope = toolOutput(model);
+    assert.equal(envelope["status"], "failed_permanent");
+    assert.equal(envelope["code"], "invalid_tool_input");
+  });
 });
