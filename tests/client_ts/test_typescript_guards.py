@@ -108,9 +108,10 @@ def _passed(done: subprocess.CompletedProcess[str], tests: int) -> str:
 
 def test_ai_sdk_guard(live_server, tmp_path):
     done, decider = _node_test(live_server, tmp_path, "guard-ai-sdk.test.ts")
-    output = _passed(done, tests=5)
-    # Two approvals (one with changes) and a rejection, made here while node waited.
-    assert sorted(approve for _, approve in decider.decided) == [False, True, True], output[-3000:]
+    output = _passed(done, tests=6)
+    # Three approvals (one with changes) and a rejection, made here while node waited.
+    decided = sorted(approve for _, approve in decider.decided)
+    assert decided == [False, True, True, True], output[-3000:]
 
 
 def test_openai_agents_guard(live_server, tmp_path):

@@ -4,8 +4,8 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
-import { generateText, isStepCount, jsonSchema, tool, type ModelMessage } from "ai";
-import { MockLanguageModelV4 } from "ai/test";
+import { generateText, isStepCount, jsonSchema, streamText, tool, type ModelMessage } from "ai";
+import { MockLanguageModelV4, convertArrayToReadableStream } from "ai/test";
 
 import { approvalResponses, currentAttempt, guard } from "../src/ai-sdk.js";
 import { decide, liveRunner, refundContract, Refunds, toolName } from "./guard-support.js";
@@ -187,5 +187,40 @@ describe("AI SDK guard", () => {
     const envelope = result.steps[0]!.toolResults[0]!.output as Record<string, unknown>;
     assert.equal(envelope["status"], "refused");
     assert.equal(envelope["code"], "budget_exhausted");
+  });
+
+  test("streamText: the same approval request, and the approved call runs once", async () => {
+    const { name, refunds, tools } = await setUp({ mode: "always" });
+    const finish = (unified: "tool-calls" | "stop") => ({ type: "finish" as const, finishReason: { unified, raw: undefined }, usage });
+    // The stream parts of the two model calls (LanguageModelV4StreamPart).
+    const streams: Record<string, unknown>[][] = [
+      [
+        { type: "stream-start" as const, warnings: [] },
+        { type: "tool-call" as const, toolCallId: "call_1", toolName: name, input: JSON.stringify({ payment_id: "pay_11", amount_cents: 60000 }) },
+        finish("tool-calls"),
+      ],
+      [
+        { type: "stream-start" as const, warnings: [] },
+        { type: "text-start" as const, id: "t" },
+        { type: "text-delta" as const, id: "t", delta: "Done." },
+        { type: "text-end" as const, id: "t" },
+        finish("stop"),
+      ],
+    ];
+    const model = new MockLanguageModelV4({ doStream: async () => ({ stream: convertArrayToReadableStream(streams.shift()! as never[]) }) });
+    const messages: ModelMessage[] = [{ role: "user", content: "Refund pay_11" }];
+    let stream = streamText({ model, tools, messages, stopWhen: isStepCount(3) });
+    const parts = [];
+    for await (const part of stream.fullStream) parts.push(part.type);
+    assert.ok(parts.includes("tool-approval-request"));
+    assert.equal(refunds.committed.length, 0);
+    messages.push(...(await stream.response).messages);
+    const { pending } = await approvalResponses(messages, tools);
+    await decide(pending[0]!.approval!, true, "ok");
+    const { message } = await approvalResponses(messages, tools);
+    messages.push(message!);
+    stream = streamText({ model, tools, messages, stopWhen: isStepCount(3) });
+    assert.equal(await stream.text, "Done.");
+    assert.equal(refunds.committed.length, 1);
   });
 });
