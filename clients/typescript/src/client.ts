@@ -24,6 +24,7 @@ import {
   NotUnknown,
   ProblemError,
   TransportError,
+  UnexpectedResponse,
   problemFromResponse,
 } from "./errors.js";
 import type {
@@ -177,7 +178,13 @@ export class EffectgateClient {
         continue;
       }
       if (response.status >= 200 && response.status < 300) {
-        return (text ? JSON.parse(text) : undefined) as T;
+        if (!text) return undefined as T;
+        try {
+          return JSON.parse(text) as T;
+        } catch {
+          // A success that is not JSON is no answer of Effectgate's (a proxy's page).
+          throw new UnexpectedResponse(response.status, text, response.headers.get("x-request-id"));
+        }
       }
       const error = problemFromResponse(response.status, response.headers, text);
       if (!RETRY_STATUSES.has(response.status) || retry >= retries) {

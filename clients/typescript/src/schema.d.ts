@@ -878,13 +878,14 @@ export interface components {
             /** Format: date-time */
             created_at: string;
         };
-        /** @description RFC 9457 problem details with a stable `code`. */
+        /** @description RFC 9457 problem details with a stable `code`, and the `request_id` the answer's `X-Request-Id` header carries. */
         Problem: {
             type: string;
             title: string;
             status: number;
             detail: string;
             code: string;
+            request_id: string;
             errors?: {
                 path: string;
                 message: string;

@@ -96,10 +96,11 @@ describe("repeats (a scripted server)", () => {
     }
   });
 
-  test("a problem without request_id takes the X-Request-Id header; a proxy page is UnexpectedResponse", async () => {
+  test("a problem without request_id takes the X-Request-Id header; a proxy page, even a 200, is UnexpectedResponse", async () => {
     const server = await scriptedServer([
       json(404, problem(404, "not_found"), { "X-Request-Id": "req_0123" }),
       (_req, res) => res.writeHead(400, { "Content-Type": "text/html" }).end("<h1>Bad</h1>"),
+      (_req, res) => res.writeHead(200, { "Content-Type": "text/html" }).end("<h1>Sign in</h1>"),
     ]);
     const client = new EffectgateClient({ baseUrl: server.url, token: "egr_x" });
     try {
@@ -111,6 +112,11 @@ describe("repeats (a scripted server)", () => {
       await assert.rejects(client.getRun("run_y"), (e: unknown) => {
         assert.ok(e instanceof UnexpectedResponse);
         assert.equal(e.status, 400);
+        return true;
+      });
+      await assert.rejects(client.getRun("run_z"), (e: unknown) => {
+        assert.ok(e instanceof UnexpectedResponse);
+        assert.equal(e.status, 200);
         return true;
       });
     } finally {
@@ -192,7 +198,10 @@ describe("typed problems (the live server)", () => {
     await assert.rejects(client.createRun({ principal: "user:alice" }), (e: unknown) => {
       assert.ok(e instanceof NotAuthenticated);
       assert.equal(e.status, 401);
-      assert.equal(e.requestId, e.problem.request_id ?? seen.at(-1));
+      // The server's id for the request, in the body and the header alike.
+      assert.match(e.requestId ?? "", /^req_[a-z0-9]{26}$/);
+      assert.equal(e.requestId, e.problem.request_id);
+      assert.equal(e.requestId, seen.at(-1));
       return true;
     });
   });
