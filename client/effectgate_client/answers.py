@@ -11,8 +11,8 @@ Times are ISO 8601 strings, as sent. A key that is ``NotRequired`` may be absent
 type with ``| None`` may be ``null``.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: Python 3.11's TypedDict sees
+# ``NotRequired`` only in annotations that are evaluated.
 from typing import Any, Literal, NotRequired, TypedDict
 
 # --- the values of the status fields (the server's state machines) ---------------------
