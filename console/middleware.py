@@ -1,5 +1,5 @@
-"""Middleware: refusing input no column can hold, session timeouts for the console
-(docs/security.md, "Console sessions"), request metrics, and the throttling of a
+"""Middleware: request ids, refusing input no column can hold, session timeouts for the
+console (docs/security.md, "Console sessions"), request metrics, and the throttling of a
 person's POSTs."""
 
 import math
@@ -18,6 +18,7 @@ from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
 from approvals.people import Person
+from operations import requestids
 from operations.errors import InvalidQuery
 from operations.http.problems import api_handler400, is_api_request
 from operations.http.throttling import PersonRateThrottle
@@ -26,6 +27,29 @@ from operations.metrics import HTTP_REQUEST_DURATION
 from . import security
 
 FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
+
+
+class RequestIdMiddleware:
+    """Gives every answer an ``X-Request-Id`` (``operations.requestids``): the caller's
+    when valid, else a new one, bound for the request so that problem bodies and log
+    records carry it too.
+
+    First in ``MIDDLEWARE``: every answer, a refusal by a later middleware or Django's
+    400/404/500 handlers included, passes back through it.
+    """
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        request_id = requestids.accept(request.META.get(requestids.META_KEY))
+        token = requestids.bind(request_id)
+        try:
+            response = self.get_response(request)
+        finally:
+            requestids.unbind(token)
+        response[requestids.HEADER] = request_id
+        return response
 
 
 def _texts(request: HttpRequest) -> Iterator[tuple[str, str]]:

@@ -180,7 +180,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # First: it times everything below it (effectgate_http_request_duration_seconds).
+    # First: every answer gets its X-Request-Id, whichever layer below answers.
+    "console.middleware.RequestIdMiddleware",
+    # Then: it times everything below it (effectgate_http_request_duration_seconds).
     "console.middleware.RequestMetricsMiddleware",
     # Before anything reads the request (sessions look their cookie up in the database).
     "console.middleware.RefuseNulMiddleware",
@@ -407,8 +409,21 @@ SPECTACULAR_SETTINGS = {
 LOGGING: dict[str, Any] = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # Each line names the request it was written in (``-`` outside one): the id the
+    # answer's X-Request-Id header and problem body carry (operations/requestids.py).
+    "filters": {"request_id": {"()": "operations.requestids.RequestIdFilter"}},
+    "formatters": {
+        "plain": {
+            "format": "%(asctime)s %(levelname)s %(name)s request_id=%(request_id)s %(message)s"
+        }
+    },
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": "plain",
+            "filters": ["request_id"],
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.server": {"level": "WARNING"}},
 }

@@ -15,14 +15,16 @@ from ..contracts import CONTRACT_SCHEMA
 
 PROBLEM_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "description": "RFC 9457 problem details with a stable `code`.",
-    "required": ["type", "title", "status", "detail", "code"],
+    "description": "RFC 9457 problem details with a stable `code`, and the `request_id` "
+    "the answer's `X-Request-Id` header carries.",
+    "required": ["type", "title", "status", "detail", "code", "request_id"],
     "properties": {
         "type": {"type": "string"},
         "title": {"type": "string"},
         "status": {"type": "integer"},
         "detail": {"type": "string"},
         "code": {"type": "string"},
+        "request_id": {"type": "string"},
         "errors": {
             "type": "array",
             "items": {

@@ -6,6 +6,7 @@ an unknown URL under /api/, a crash in middleware).
 """
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from django.core.exceptions import BadRequest, PermissionDenied, RequestDataTooBig
@@ -17,6 +18,7 @@ from rest_framework.response import Response
 
 from approvals.errors import Refusal
 
+from .. import requestids
 from ..errors import RateLimited
 from .authentication import ISSUING, SEND_BEARER
 
@@ -29,6 +31,8 @@ SEND_JSON = "Send the body as JSON with the header Content-Type: application/jso
 
 
 def problem(status: int, code: str, title: str, detail: str, **extra: Any) -> dict[str, Any]:
+    """A problem body; ``request_id`` is the answer's ``X-Request-Id`` (every problem is
+    built while its request is answered, ``console.middleware.RequestIdMiddleware``)."""
     body = {
         "type": PROBLEM_TYPE + code,
         "title": title,
@@ -37,6 +41,9 @@ def problem(status: int, code: str, title: str, detail: str, **extra: Any) -> di
         "code": code,
     }
     body.update(extra)
+    request_id = requestids.current()
+    if request_id is not None:
+        body["request_id"] = request_id
     return body
 
 
@@ -58,7 +65,7 @@ def _flatten(detail: Any, path: str = "") -> list[dict[str, str]]:
     return [{"path": path or "/", "message": str(detail)}]
 
 
-_DRF_CODES: list[tuple[type[Exception], str]] = [
+_DRF_CODES: list[tuple[type[drf.APIException], str]] = [
     (drf.NotAuthenticated, "not_authenticated"),
     (drf.AuthenticationFailed, "not_authenticated"),
     (drf.NotFound, "not_found"),
@@ -82,6 +89,38 @@ _DRF_TITLES = {
     "forbidden": "This token's scope does not allow the request",
     "invalid_request": "The request body is not valid",
 }
+
+
+# What the handlers below answer with codes of their own, beside every ``Refusal`` and
+# the DRF exceptions above: a crash, and the body Django found too large to read.
+_HANDLER_CODES = {"internal_error": 500, "payload_too_large": 413, "not_found": 404}
+
+
+def _subclasses(cls: type[Refusal]) -> Iterator[type[Refusal]]:
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+def problem_codes() -> dict[str, int]:
+    """Every ``code`` an API problem can carry, with its status: the list the clients'
+    typed errors are held to (docs/api.md, "Errors").
+
+    Each ``Refusal`` (the domain errors of both apps and the policy refusal), each DRF
+    exception the handler maps, and the handlers' own codes. A code has one status;
+    tests/operations/test_problem_codes.py finds every ``problem()`` call and ``Refusal``
+    in the source and holds this list to them.
+    """
+    from ..policies import errors as policy_errors  # noqa: F401  (a Refusal of its own)
+
+    codes = {Refusal.code: Refusal.status}
+    for cls in _subclasses(Refusal):
+        if cls.__module__.split(".")[0] in {"approvals", "operations", "console"}:
+            codes[cls.code] = cls.status
+    for exc, code in _DRF_CODES:  # not_authenticated: 401 for both classes
+        codes[code] = exc.status_code
+    codes.update(_HANDLER_CODES)
+    return dict(sorted(codes.items()))
 
 
 def _response(body: dict[str, Any], headers: dict[str, str] | None = None) -> Response:

@@ -146,7 +146,7 @@ def _literal_codes(path: Path) -> set[str]:
 
 
 def _server_problem_codes() -> set[str]:
-    codes = _refusal_codes()
+    codes = _refusal_codes() | set(problems.problem_codes())
     codes |= {code for _, code in problems._DRF_CODES}
     for module in (problems, operation_errors):
         codes |= _literal_codes(Path(inspect.getfile(module)))
@@ -165,6 +165,17 @@ def test_every_problem_code_is_documented():
         "a code span, to its table and to the refusals of the endpoints that answer it):\n  "
         + "\n  ".join(missing)
     )
+
+
+def test_the_table_of_codes_is_the_servers_list_with_its_statuses():
+    """The table "Every code the server answers" is ``problem_codes()``, status for status."""
+    documented: dict[str, int] = {}
+    for line in _section(_api_text(), "Errors").splitlines():
+        cells = [cell.strip() for cell in line.strip("|").split("|")]
+        if len(cells) == 3 and cells[0].isdigit():
+            for code in CODE_SPAN.findall(cells[1]):
+                documented[code] = int(cells[0])
+    assert documented == problems.problem_codes()
 
 
 # --- webhook event types -----------------------------------------------------------------
