@@ -311,8 +311,9 @@ class ProblemFieldError(TypedDict):
 
 
 class Problem(TypedDict):
-    """An RFC 9457 problem (``Problem``), as ``ProblemError.problem`` holds it. Refusals
-    add members of their own (``operation``, ``successor``, ``breaker``, ``policy``...)."""
+    """An RFC 9457 problem (``Problem``), as ``ProblemError.problem`` holds it, with the
+    request's id (``ProblemError.request_id``). Refusals add members of their own
+    (``operation``, ``successor``, ``breaker``, ``policy``...)."""
 
     type: str
     title: str
@@ -321,7 +322,7 @@ class Problem(TypedDict):
     code: str
     errors: NotRequired[list[ProblemFieldError]]
     retry_after_ms: NotRequired[int]
-    request_id: NotRequired[str]
+    request_id: str
 
 
 __all__ = [

@@ -17,6 +17,7 @@ name, so that a line of a runner's log finds the server's. It is in ``str()`` an
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -25,17 +26,16 @@ import httpx
 # The header Effectgate names every answer with (and keeps, when the caller sent a
 # valid one).
 REQUEST_ID_HEADER = "X-Request-Id"
-# What an error keeps of a request id it is handed: the server's are 4 + 26 characters,
-# a caller's at most 128; anything longer is not one of them.
-_MAX_REQUEST_ID = 128
+# The ids Effectgate sends: its own (``req_`` and 26 characters) or a caller's that it
+# kept. Anything else (a proxy's page, a body that is not Effectgate's) is not kept, so
+# that no error message carries text of unbounded size or with line breaks.
+_REQUEST_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,127}")
 
 
 def _clean_request_id(value: object) -> str | None:
-    if not isinstance(value, str) or not value or len(value) > _MAX_REQUEST_ID:
-        return None
-    if not value.isascii() or not value.isprintable():
-        return None
-    return value
+    if isinstance(value, str) and _REQUEST_ID.fullmatch(value):
+        return value
+    return None
 
 
 def request_id_of(response: httpx.Response) -> str | None:
@@ -319,15 +319,16 @@ class ToolNotActive(ProblemError):
 
 
 class ToolNotOwned(ProblemError):
-    """``PUT /tools/{name}``: another runner registered the tool first and owns its
-    contract. Use another name, or ask a person to change the owner's contract."""
+    """Another runner registered the tool first and owns it: only its owner changes the
+    contract or allows other runners. Use another name, or ask the owner."""
 
     code, http_status = "tool_not_owned", 403
 
 
 class InvalidPrincipal(ProblemError):
-    """``POST /runs``: the ``principal`` names no usable identity (the ``detail`` says
-    why): a configuration error of the runner, not something to retry."""
+    """``create_run``: the ``principal`` holds characters that hide (zero-width,
+    bidirectional controls, line breaks...); the ``detail`` says which. Not worth a
+    retry: send the identity as it is written."""
 
     code, http_status = "invalid_principal", 400
 
@@ -473,14 +474,15 @@ class NotSealed(ProblemError):
 
 
 class DecisionRefused(ProblemError):
-    """A decision or a person's action the server does not allow (separation of duties,
-    a closed request)."""
+    """A decision that separation of duties or a closed request refuses (the console's;
+    a runner does not decide)."""
 
     code, http_status = "decision_refused", 409
 
 
 class PolicyInvalid(ProblemError):
-    """A policy text, or a version of one, that the server cannot use."""
+    """A policy text that does not parse or validate (the console's and ``manage.py
+    policy``'s; a runner does not write policies)."""
 
     code, http_status = "policy_invalid", 422
 
