@@ -10,8 +10,11 @@ the ``TypedDict`` the method is annotated to return.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import types
 import typing
+from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 import pytest
@@ -25,6 +28,7 @@ from operations.models import Attempt, Operation, Run
 from tests.approvals.conftest import person
 from tests.conftest import contract, make_runner
 
+ROOT = Path(__file__).resolve().parents[2]
 # The component of the OpenAPI document each TypedDict describes.
 COMPONENTS: dict[Any, str] = {
     answers.Tool: "ToolOut",
@@ -351,3 +355,56 @@ def test_the_answers_of_a_live_server_have_the_types_of_the_client(live_server):
 
     assert Operation.objects.filter(runner=runner.runner).count() == 5
     assert {name: misses for name, misses in seen.items() if misses} == {}
+
+
+# --- what a type checker makes of them ------------------------------------------------------
+
+USES = """
+from effectgate_client.answers import Operation, RegisteredOperation, Tool
+from effectgate_client.errors import ContractNotActive
+
+
+def misspelt(op: Operation) -> object:
+    return op["stauts"]
+
+
+def unchecked(registered: RegisteredOperation) -> int:
+    return registered["attempt"]["attempt"]
+
+
+def checked(registered: RegisteredOperation, tool: Tool) -> int:
+    ContractNotActive(tool)
+    attempt = registered.get("attempt")
+    return attempt["attempt"] if attempt is not None else 0
+"""
+
+
+def test_mypy_catches_a_misspelt_key_and_an_unchecked_null_and_passes_the_modules(tmp_path):
+    """The answers and errors modules pass ``mypy --strict``; code using the answers gets
+    the errors the types are for, and correct code gets none."""
+    uses = tmp_path / "uses.py"
+    uses.write_text(USES)
+    modules = [ROOT / "client" / "effectgate_client" / name for name in ("answers.py", "errors.py")]
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--config-file=",
+            "--strict",
+            "--follow-imports=silent",
+            "--python-version=3.11",
+            "--no-incremental",
+            str(uses),
+            *map(str, modules),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    errors = [line for line in done.stdout.splitlines() if ": error:" in line]
+    assert [line.split(":")[1] for line in errors] == ["7", "11"], done.stdout
+    assert 'TypedDict "Operation" has no key "stauts"' in errors[0]
+    assert 'Value of type "Attempt | None" is not indexable' in errors[1]
+    assert all(line.startswith(str(uses)) for line in errors), done.stdout
