@@ -293,6 +293,26 @@ def test_the_answers_of_a_live_server_have_the_types_of_the_client(live_server):
         )
         check("claim", client.claim(again["id"]), answers.Attempt)
 
+        # An inline claim refused: another operation on the same resource is executing.
+        client.put_tool(
+            "typed_locked",
+            contract("irreversible", approval={"mode": "never"}, concurrency_key="/payment_id"),
+        )
+        for key in ("typed-6", "typed-7"):
+            locked = check(
+                f"register {key} (one resource)",
+                client.register(
+                    run=run["id"],
+                    tool="typed_locked",
+                    operation_key=key,
+                    arguments=args,
+                    claim_lease_s=30,
+                ),
+                answers.RegisteredOperation,
+            )
+        assert locked["attempt"] is None
+        assert locked["claim_error"]["code"] == "concurrency_conflict"
+
         # Approvals: one approved as asked (decisions, a grant), one with an edit (a
         # successor that says what the approver changed).
         client.put_tool("typed_approved", APPROVED)
@@ -353,7 +373,7 @@ def test_the_answers_of_a_live_server_have_the_types_of_the_client(live_server):
         check("a problem", refused.value.problem, answers.Problem, open_keys=True)
         check("cancel_run", client.cancel_run(run["id"]), answers.Run)
 
-    assert Operation.objects.filter(runner=runner.runner).count() == 5
+    assert Operation.objects.filter(runner=runner.runner).count() == 7
     assert {name: misses for name, misses in seen.items() if misses} == {}
 
 
