@@ -23,6 +23,7 @@ runner = Runner(client)
 client.close()
 print(json.dumps({
     "file": effectgate_client.__file__,
+    "version": [metadata.version("effectgate-client"), effectgate_client.__version__],
     "key": derived_key("mcp", "s", "t", {"amount_cents": 500.0}),
     "django": sorted(m for m in sys.modules if m.split(".")[0] == "django"),
     "requires": metadata.requires("effectgate-client"),
@@ -40,6 +41,8 @@ def test_the_client_wheel_installs_and_runs_without_the_server(tmp_path):
         check=True,
     )
     [wheel] = wheels.glob("effectgate_client-*.whl")
+    # The version follows the API's (tests/client/test_version.py).
+    assert wheel.name.startswith("effectgate_client-1."), wheel.name
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
@@ -52,6 +55,7 @@ def test_the_client_wheel_installs_and_runs_without_the_server(tmp_path):
     found = json.loads(done.stdout)
     assert found["file"].startswith(str(env_dir)), found["file"]
     assert found["django"] == []
+    assert found["version"] == ["1.0.0", "1.0.0"]
     required = [r for r in found["requires"] if "extra ==" not in r]
     assert [r.split(">")[0].split("<")[0].strip() for r in required] == ["httpx", "rfc8785"]
     # Derived keys need the canonical JSON, installed with the client itself.
