@@ -81,8 +81,11 @@ def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
 
     life = report["lifecycle"]
     paths = life["paths"]
-    assert set(paths) == {"essential", "replica", "unprepared", "api"}
-    assert all(paths[name]["lifecycles"] == 40 for name in paths)
+    single = {"essential", "replica", "unprepared", "dbos", "api"}
+    batches = {"essential_x5", "dbos_x5", "essential_x20", "dbos_x20"}
+    assert set(paths) == single | batches
+    assert all(paths[name]["lifecycles"] == 40 for name in single)
+    assert all(paths[name]["lifecycles"] > 0 for name in batches)
     assert paths["essential"]["statements_per_lifecycle"] == 12
     # The replica replays what the API sends, the throttle's count included.
     assert life["replica_matches_api"], life["usual_statements"]
