@@ -1,10 +1,10 @@
 """(a) The lifecycle against its essential statements.
 
 One lifecycle is what a runner does for every side effect: register the operation
-and claim its first attempt in the same request, then post the attempt's outcome. Four
-paths do it on the same database, K client threads each, every thread with a runner,
-a tool and a run of its own (the runner made with ``services.runner_create``, the tool
-and the run through the API):
+and claim its first attempt in the same request, then post the attempt's outcome. Five
+paths do it, K client threads each; those of Effectgate's tables on the same database,
+every thread with a runner, a tool and a run of its own (the runner made with
+``services.runner_create``, the tool and the run through the API):
 
 - ``essential``: the twelve statements that must reach PostgreSQL
   (``bench.essential``), over raw psycopg;
@@ -24,13 +24,13 @@ turn): ``essential_x5`` is the essential statements of 5 effects in two transact
 ``dbos_x5`` one workflow with 5 steps, ``api_x5`` the API's batch requests (the hook
 ``api_batch_phase``; "n/a" while the API has none); and the same for 20.
 
-Each path (batches too) runs twice, in the order listed and then in reverse, half the
-lifecycles each time, so that a change in the machine's load during the run weighs on all alike. For
-each: throughput, latency per step, statements per lifecycle, and the CPU time per
-lifecycle of the app (gunicorn's processes), of PostgreSQL (the backends of the bench
-database) and of the client (this process), from ``/proc`` (``bench.procstat``). DBOS
-runs in the client's process, so its app is this process and its client nothing apart;
-its PostgreSQL is the backends of its own database. One
+Each path (the batches too) runs twice, in the order listed and then in reverse, half
+the lifecycles each time, so that a change in the machine's load during the run weighs
+on all alike. For each: throughput, latency per step, statements per lifecycle, and the
+CPU time per lifecycle of the app (gunicorn's processes), of PostgreSQL (the backends of
+the bench database) and of the client (this process), from ``/proc``
+(``bench.procstat``). DBOS runs in the client's process, so its app is this process and
+its client nothing apart; its PostgreSQL is the backends of its own database. One
 traced lifecycle of each path gives the statements by name, and the API's beyond the
 essential ones.
 """
@@ -81,6 +81,11 @@ NO_BATCH_ENDPOINT = "n/a (no batch endpoint)"
 def batch_path(kind: str, size: int) -> str:
     """The name of a batch path: ``essential_x5``, ``dbos_x20``, ``api_x5``."""
     return f"{kind}_x{size}"
+
+
+def batch_size(name: str) -> int:
+    """Effects per batch of the path ``name``; 0 for a path of single calls."""
+    return int(name.rsplit("_x", 1)[1]) if "_x" in name else 0
 
 
 @dataclass(frozen=True)
@@ -671,7 +676,7 @@ def lifecycle(
         # DBOS's pool), then trace one lifecycle of each. A batch path that answers None
         # (the API without batch endpoints) is left out.
         for name in order:
-            size = int(name.rsplit("_x", 1)[1]) if "_x" in name else 0
+            size = batch_size(name)
             warm = run[name](2 if size else WARM_PER_THREAD, f"warm-{name}")
             if warm is None:
                 run.pop(name)
@@ -696,7 +701,7 @@ def lifecycle(
         paths = {name: Phase() for name in order}
         for half, sequence in enumerate((order, list(reversed(order)))):
             for name in sequence:
-                size = int(name.rsplit("_x", 1)[1]) if "_x" in name else 0
+                size = batch_size(name)
                 count = (
                     halves[half] if not size else batches[size] // 2 + half * (batches[size] % 2)
                 )
