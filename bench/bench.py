@@ -42,7 +42,7 @@ i. The transparency log's sealer: ``--seal-events`` events written, then appende
    log ``--seal-batch`` at a time with a checkpoint signed after each pass, in wall and
    CPU time per 10,000 events; and the proofs read at that size (``bench.seal``).
 
-``--only lifecycle`` runs a and e alone (about a minute); ``--only`` repeats. PostgreSQL
+``--only lifecycle`` runs a and e alone (two to three minutes); ``--only`` repeats. PostgreSQL
 only (the raw-psycopg paths need it): a fresh database (``--database``, default
 ``effectgate_bench``) on the server of ``DATABASE_URL``, or on
 postgres://postgres@127.0.0.1:5432 without it. Figures go to stdout and
