@@ -650,6 +650,11 @@ def lifecycle(
     clients = [api_client(base_url, seat) for seat in seats["api"]]
     print("(a) lifecycle: DBOS on its own system database", file=sys.stderr)
     peer = DbosPeer(peer_database_url)
+    # DBOS's background threads (its notifier wakes every 10 ms) run in this process
+    # through every phase: what they cost idle is in every path's client figure.
+    idle_started = time.process_time()
+    time.sleep(1)
+    dbos_idle_ms = (time.process_time() - idle_started) * 1000
     meter = CpuMeter(database_url, gunicorn_pid, peer_database=peer_database_url.rsplit("/", 1)[1])
     run: dict[str, Any] = {
         "essential": lambda n, tag: essential_phase(essential, seats["essential"], n, tag),
@@ -744,6 +749,7 @@ def lifecycle(
         "traced_statements": {name: len(labels) for name, labels in flat.items()},
         "replica_matches_api": usual["replica"] == usual["api"],
         "peer": per_effect(reports, batch_sizes),
+        "dbos_idle_cpu_ms_per_s": round(dbos_idle_ms, 1),
     }
 
 
@@ -882,6 +888,11 @@ def peer_table(life: dict[str, Any]) -> list[str]:
                 f" {_ratio(value)}"
                 for label, value in peer[key].items()
             )
+        )
+    if "dbos_idle_cpu_ms_per_s" in life:
+        lines.append(
+            f"    DBOS's background threads, idle: {life['dbos_idle_cpu_ms_per_s']:.1f} ms of CPU"
+            " per second (in this process: in every path's client figure)"
         )
     dbos = life.get("statements", {}).get("dbos")
     if dbos:

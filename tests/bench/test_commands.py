@@ -198,6 +198,7 @@ def test_make_bench_lifecycle_measures_dbos_and_batches_per_effect(tmp_path):
     assert dbos_trace.count("BEGIN") == dbos_trace.count("COMMIT") > 0
     assert "INSERT operation_outputs RETURNING" in dbos_trace
     assert paths["dbos"]["statements_per_lifecycle"] >= len(dbos_trace) - 1
+    assert life["dbos_idle_cpu_ms_per_s"] >= 0
     for key in ("api_over_dbos", "api_over_essential"):
         assert report[key]["single"] > 0
         # The API has no batch endpoint (yet): no ratio, and the table says so.
@@ -211,6 +212,7 @@ def test_make_bench_lifecycle_measures_dbos_and_batches_per_effect(tmp_path):
         "throughput api / DBOS: single ",
         "throughput api / essential: single ",
         "what DBOS sends for one effect (its traced workflow):",
+        "DBOS's background threads, idle: ",
         f"written to {figures}",
     ):
         assert line in output, line
