@@ -483,23 +483,90 @@ def dbos_batch_phase(peer: DbosPeer, threads: int, per_thread: int, tag: str, si
     return phase
 
 
+class NoBatchEndpoint(Exception):
+    """The API refused a list where a batch endpoint would take one."""
+
+
 def api_batch_phase(
     clients: list[httpx.Client], seats: list[Seat], per_thread: int, tag: str, size: int
 ) -> Phase | None:
-    """THE HOOK FOR THE API'S BATCHES: ``per_thread`` batches of ``size`` effects per
-    seat through the batch endpoints, or None while the API has none (the table then
-    prints "n/a (no batch endpoint)" and ``var/bench.json`` holds null).
+    """The API's batches (issue 31's wire format):
+    ``per_thread`` batches of ``size`` effects per seat, each one ``POST /operations``
+    with a list of registrations with an inline claim, answered ``200 {"results": [...]}``
+    in order, then one ``POST /runs/{run}/outcomes`` with their outcomes. Statements
+    and Django's CPU per batch from both responses' headers, as ``api_phase``.
 
-    What it is to do once ``POST /api/v1/operations`` takes a list: per batch, one
-    request registering ``size`` operations of the seat's run, each with its own
-    operation key (``f"{tag}-{index}-{n}-{i}"``), ``_batch_arguments(index, n, size)``
-    and an inline claim (``{"lease_s": LEASE_S}``); then one request posting the
-    ``size`` outcomes (``succeeded``, ``downstream_id`` ``f"re_{index}_{n}_{i}"``); assert
-    every item's answer; steps ``register_claim`` and ``outcome`` per batch; the
-    statement count per batch from both responses' ``STATEMENTS_HEADER``, the Django CPU
-    from their ``CPU_HEADER``; and return ``_collect(..., batch=size)`` as
-    ``api_phase`` does. The essential counterpart is ``essential_batch_phase``."""
-    return None
+    None while the API has no batch endpoints (a list is refused as today: not 200, no
+    ``results``; or the outcomes' URL is unknown): the table then prints "n/a (no batch
+    endpoint)" and ``var/bench.json`` holds null."""
+
+    def thread(index: int) -> tuple[dict[str, list[float]], list[int]]:
+        seat, http = seats[index], clients[index]
+        steps: dict[str, list[float]] = {"register_claim": [], "outcome": []}
+        counts = []
+        django_us: Counter[str] = Counter()
+        for n in range(per_thread):
+            arguments = _batch_arguments(index, n, size)
+            t0 = time.perf_counter()
+            registered = http.post(
+                "/operations",
+                json=[
+                    {
+                        "run": seat.run_id,
+                        "tool": seat.tool,
+                        "operation_key": f"{tag}-{index}-{n}-{i}",
+                        "arguments": args,
+                        "claim": {"lease_s": LEASE_S},
+                    }
+                    for i, args in enumerate(arguments)
+                ],
+            )
+            t1 = time.perf_counter()
+            try:
+                body = registered.json()
+            except ValueError:
+                body = None
+            if registered.status_code != 200 or not isinstance(body, dict) or "results" not in body:
+                raise NoBatchEndpoint(registered.text[:200])
+            items = body["results"]
+            assert len(items) == size, registered.text[:2000]
+            assert all(
+                item["status"] == 201 and item["operation"]["attempt"] is not None for item in items
+            ), registered.text[:2000]
+            done = http.post(
+                f"/runs/{seat.run_id}/outcomes",
+                json=[
+                    {
+                        "operation": item["operation"]["id"],
+                        "attempt": item["operation"]["attempt"]["attempt"],
+                        "kind": "succeeded",
+                        "downstream_id": f"re_{index}_{n}_{i}",
+                    }
+                    for i, item in enumerate(items)
+                ],
+            )
+            t2 = time.perf_counter()
+            if done.status_code in (404, 405):
+                raise NoBatchEndpoint(done.text[:200])
+            assert done.status_code == 200, done.text[:2000]
+            assert [item["status"] for item in done.json()["results"]] == [200] * size, done.text
+            steps["register_claim"].append(t1 - t0)
+            steps["outcome"].append(t2 - t1)
+            counts.append(sum(int(r.headers[STATEMENTS_HEADER]) for r in (registered, done)))
+            for step, response in (("register_claim", registered), ("outcome", done)):
+                django_us[step] += int(response.headers[CPU_HEADER])
+        django_cpu_us.append(django_us)
+        return steps, counts
+
+    django_cpu_us: list[Counter[str]] = []
+    started = time.perf_counter()
+    try:
+        per_thread_results = on_threads(len(seats), thread)
+    except NoBatchEndpoint:
+        return None
+    phase = _collect(per_thread_results, time.perf_counter() - started, batch=size)
+    phase.django_cpu_ms = {step: us / 1000 for step, us in sum(django_cpu_us, Counter()).items()}
+    return phase
 
 
 # --- one traced lifecycle of each path -------------------------------------------------------
