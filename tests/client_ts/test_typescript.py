@@ -195,6 +195,19 @@ def test_runner(live_server, provider):
 
 
 @pytest.mark.slow
+@pytest.mark.django_db(transaction=True)
+def test_demo_provider(live_server):
+    """@effectgate/client/demo, the quick start's stand-in provider: its protocol, and a
+    Runner's refund through it that a replay answers without calling again."""
+    api = make_runner()
+    env = {"EFFECTGATE_URL": live_server.url, "EFFECTGATE_TOKEN": api.token}
+    _finish(_node_tests("demo", env))
+    [op] = Operation.objects.filter(runner=api.runner, tool__name__startswith="ts_demo_refund")
+    assert (op.status, op.downstream_id) == ("succeeded", "re_0000001")
+    assert [attempt.status for attempt in op.attempt_set.all()] == ["succeeded"]
+
+
+@pytest.mark.slow
 @pytest.mark.django_db
 def test_webhooks():
     secret = signing.new_secret()
