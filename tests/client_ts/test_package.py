@@ -1,5 +1,6 @@
 """Packaging: `npm pack` makes a tarball with the built package and its types, and the
-quick start of docs/client-typescript.md runs from it in an empty project.
+quick start of docs/client-typescript.md (with the package's own demo provider,
+``@effectgate/client/demo``) runs from it in an empty project.
 
 Installing takes the tarball's dependencies from npm's cache when it has them
 (``--prefer-offline``): `make test` filled it with `npm ci`.
@@ -12,7 +13,7 @@ import re
 
 import pytest
 
-from bench.fake_provider import FakeProvider
+from operations.models import Operation
 from tests.client_ts.support import BIN, PACKAGE, installed, package_json, run
 from tests.conftest import make_runner
 from tests.docs.blocks import DOCS, fenced_blocks
@@ -68,40 +69,39 @@ def test_the_quick_start_runs_from_the_tarball_in_an_empty_project(tarball, live
     )
     assert installed_package["version"] == package_json()["version"]
 
-    with FakeProvider(honour_keys=True) as provider:
-        source = (
-            _quick_start()
-            .replace("http://127.0.0.1:8000", live_server.url)
-            .replace("egr_...", make_runner().token)
-            .replace("http://payments.internal", provider.url)
-        )
-        (project / "refund.ts").write_text(source)
-        # The installed declarations type the quick start under strict settings.
-        typecheck = [
-            str(BIN / "tsc"),
-            "--noEmit",
-            "--strict",
-            "--module",
-            "nodenext",
-            "--moduleResolution",
-            "nodenext",
-            "--target",
-            "es2022",
-            "--types",
-            "node",
-            "refund.ts",
-        ]
-        assert run(typecheck, cwd=project).returncode == 0
-        first = run([str(BIN / "tsx"), "refund.ts"], cwd=project)
-        again = run([str(BIN / "tsx"), "refund.ts"], cwd=project)
-        refunds = len(provider.effects)
+    api = make_runner()
+    # The quick start starts its own provider: only the server and the token are filled in.
+    source = _quick_start().replace("http://127.0.0.1:8000", live_server.url)
+    (project / "refund.ts").write_text(source.replace("egr_...", api.token))
+    # The installed declarations type the quick start under strict settings (its contract
+    # literal, nested JSON schema and all, included).
+    typecheck = [
+        str(BIN / "tsc"),
+        "--noEmit",
+        "--strict",
+        "--module",
+        "nodenext",
+        "--moduleResolution",
+        "nodenext",
+        "--target",
+        "es2022",
+        "--types",
+        "node",
+        "refund.ts",
+    ]
+    assert run(typecheck, cwd=project).returncode == 0
+    first = run([str(BIN / "tsx"), "refund.ts"], cwd=project)
+    again = run([str(BIN / "tsx"), "refund.ts"], cwd=project)
 
     assert first.returncode == 0
     assert again.returncode == 0
     envelope = json.loads(first.stdout)
     assert envelope["status"] == "succeeded"
     assert re.fullmatch(r"op_\w+", envelope["logical_operation_id"])
-    assert envelope["result"]["id"].startswith("re_")
-    # Run again, it answers the same and the provider refunded once.
+    assert envelope["result"]["id"] == "re_0000001"
+    # Run again, it answers the same, and the refund was sent once: one attempt, the
+    # first run's (the second run's fresh provider was never called).
     assert json.loads(again.stdout) == envelope
-    assert refunds == 1
+    op = Operation.objects.get(id=envelope["logical_operation_id"], runner=api.runner)
+    assert (op.status, op.downstream_id) == ("succeeded", "re_0000001")
+    assert [attempt.status for attempt in op.attempt_set.all()] == ["succeeded"]

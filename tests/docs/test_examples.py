@@ -6,7 +6,7 @@ marked) runs as its own process against a live Effectgate on the test database
 after the other would, and a fake payment provider; it must exit 0 and show the lines of
 the ``text output`` block that follows it. What a reader replaces is replaced here, and
 nothing else (``PLACEHOLDERS``). The first blocks a newcomer pastes (the README's and the
-client's quick start) also run twice against a server set up as `make run` sets it up:
+clients' quick starts) also run twice against a server set up as `make run` sets it up:
 its demo data, its demo token, no lookup host allowed, no provider but their own.
 TypeScript runs with tsx in a folder where ``@effectgate/client`` resolves to
 clients/typescript (tests/client_ts/support.py). Fragments are checked for syntax, TOML
@@ -221,10 +221,14 @@ def test_runnable_example(block, live_server, provider, settings, tmp_path):
 
 
 # What a newcomer pastes first, right after `make run`: the README's tour of the API and
-# the client's quick start.
+# the clients' quick starts (Python, TypeScript), each its document's first runnable block.
 FIRST_PASTED = [
     next(block for block in RUNNABLE if block.path == path)
-    for path in (ROOT / "README.md", ROOT / "docs" / "client.md")
+    for path in (
+        ROOT / "README.md",
+        ROOT / "docs" / "client.md",
+        ROOT / "docs" / "client-typescript.md",
+    )
 ]
 
 
