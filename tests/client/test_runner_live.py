@@ -1,9 +1,12 @@
 """The runner client against a live Effectgate (pytest-django's live server).
 
 Each test drives ``Runner.execute`` or ``EffectgateClient`` over real HTTP and then
-checks what Effectgate stored: operations, attempts and events.
+checks what Effectgate stored: operations, attempts and events. Every test that goes
+through ``Setup`` runs twice: with ``Runner`` and with ``AsyncRunner`` (over
+``AsyncEffectgateClient``, on an event loop in its own thread), which must behave alike.
 """
 
+import asyncio
 import threading
 import time
 
@@ -12,6 +15,9 @@ from django.db import connections
 from guardian.shortcuts import assign_perm
 
 from effectgate_client import (
+    AsyncEffectgateClient,
+    AsyncPollingWaiter,
+    AsyncRunner,
     EffectgateClient,
     Failed,
     IntentMismatch,
@@ -30,7 +36,7 @@ from operations import services
 from operations.models import Attempt, Event, Operation, Tool
 from operations.models import Runner as RunnerAccount
 from tests.approvals.conftest import person
-from tests.client.support import LosingTransport, RecordingSleep
+from tests.client.support import LoopThread, LosingTransport, RecordingSleep
 from tests.conftest import contract, make_runner
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -39,8 +45,13 @@ ARGS = {"payment_id": "pay_1", "amount_cents": 500}
 
 
 class Setup:
-    def __init__(self, live_server, transport=None, **runner_options):
+    """A runner account, a run and a runner of the given flavor (``sync``: ``Runner``,
+    ``async``: ``AsyncRunner``). The test's own calls go through ``client``, the
+    blocking client, on the same transport as the runner's."""
+
+    def __init__(self, live_server, flavor="sync", transport=None, **runner_options):
         self.api = make_runner()
+        self.flavor = flavor
         self.transport = transport or LosingTransport()
         self.sleep = RecordingSleep()
         self.client = EffectgateClient(
@@ -48,12 +59,25 @@ class Setup:
         )
         runner_options.setdefault("lease_s", 5)
         runner_options.setdefault("wait_s", 10)
-        self.runner = Runner(
-            self.client,
-            waiter=PollingWaiter(initial_s=0.05, max_s=0.2),
-            sleep=self.sleep,
-            **runner_options,
-        )
+        self.loop = None
+        if flavor == "sync":
+            self.runner = Runner(
+                self.client,
+                waiter=PollingWaiter(initial_s=0.05, max_s=0.2),
+                sleep=self.sleep,
+                **runner_options,
+            )
+        else:
+            self.loop = LoopThread()
+            self.async_client = AsyncEffectgateClient(
+                live_server.url, self.api.token, transport=self.transport, backoff_base_s=0.01
+            )
+            self.runner = AsyncRunner(
+                self.async_client,
+                waiter=AsyncPollingWaiter(initial_s=0.05, max_s=0.2),
+                sleep=self.sleep.wait,
+                **runner_options,
+            )
         self.run = self.client.create_run(principal="user:alice")["id"]
 
     def tool(self, name, effect_class="irreversible", **overrides):
@@ -61,9 +85,16 @@ class Setup:
         self.client.put_tool(name, contract(effect_class, **overrides))
 
     def execute(self, tool, call, key="order-1:refund", arguments=ARGS, **kwargs):
-        return self.runner.execute(
+        running = self.runner.execute(
             run=self.run, tool=tool, operation_key=key, arguments=arguments, call=call, **kwargs
         )
+        return running if self.loop is None else self.loop.run(running)
+
+    def close(self):
+        self.client.close()
+        if self.loop is not None:
+            self.loop.run(self.async_client.aclose())
+            self.loop.close()
 
 
 class Calls:
@@ -88,11 +119,17 @@ def _closing_connections(function):
 
     def body():
         try:
-            function()
+            return function()
         finally:
             connections.close_all()
 
     return body
+
+
+async def _off_loop(function):
+    """``function()`` in a worker thread: Django refuses database queries on a thread
+    that runs an event loop."""
+    return await asyncio.to_thread(lambda: _closing_connections(function)())
 
 
 def _events(op_id, kind=None):
@@ -102,19 +139,19 @@ def _events(op_id, kind=None):
     return list(events.order_by("seq"))
 
 
-@pytest.fixture
-def make_setup(live_server):
+@pytest.fixture(params=["sync", "async"])
+def make_setup(live_server, request):
     """Setups whose HTTP clients are closed after the test: an open keep-alive
     connection would keep a live-server thread, and its database connection, alive."""
     made = []
 
     def make(**options):
-        made.append(Setup(live_server, **options))
+        made.append(Setup(live_server, request.param, **options))
         return made[-1]
 
     yield make
     for item in made:
-        item.client.close()
+        item.close()
 
 
 @pytest.fixture
@@ -341,7 +378,14 @@ def test_heartbeat_keeps_the_lease_alive_during_a_long_call(make_setup):
         time.sleep(0.8)
         return Succeeded(downstream_id="re_slow")
 
-    result = setup.execute("refund", slow)
+    async def slow_async(ctx):
+        # On the loop: the heartbeat task beats while this one awaits.
+        await asyncio.sleep(2.6)
+        sweeps.append(await _off_loop(lambda: services.sweep().leases_expired))
+        await asyncio.sleep(0.8)
+        return Succeeded(downstream_id="re_slow")
+
+    result = setup.execute("refund", slow if setup.flavor == "sync" else slow_async)
     op = Operation.objects.get(runner=setup.api.runner)
     assert sweeps == [0]
     assert result.status == "succeeded"
