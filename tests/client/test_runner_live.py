@@ -673,3 +673,104 @@ def test_a_claim_answered_too_late_is_not_used_for_the_call(make_setup):
     first = op.attempt_set.get(number=1)
     assert (first.status, first.outcome_code) == ("failed", "not_sent")
     assert "lease" in first.outcome["detail"]
+
+
+# --- AsyncRunner only: many calls on one loop, and cancellation ----------------------------
+
+
+@pytest.fixture
+def async_setup(live_server):
+    made = Setup(live_server, "async", lease_s=2, wait_s=15)
+    yield made
+    made.close()
+
+
+def test_concurrent_executes_of_one_operation_key_call_the_tool_once(async_setup):
+    setup = async_setup
+    setup.tool("refund")
+    calls = []
+    seen = {}
+
+    async def refund(ctx):
+        calls.append(ctx.idempotency_key)
+        seen["threads"] = [t.name for t in threading.enumerate() if t.name.startswith("heart")]
+        seen["heartbeats"] = [
+            task.get_name()
+            for task in asyncio.all_tasks()
+            if task.get_name().startswith("heartbeat-")
+        ]
+        await asyncio.sleep(0.5)
+        return Succeeded(result={"refund": "re_1"}, downstream_id="re_1")
+
+    async def many():
+        return await asyncio.gather(
+            *(
+                setup.runner.execute(
+                    run=setup.run,
+                    tool="refund",
+                    operation_key="order-1:refund",
+                    arguments=ARGS,
+                    call=refund,
+                )
+                for _ in range(8)
+            )
+        )
+
+    results = setup.loop.run(many())
+    op = Operation.objects.get(runner=setup.api.runner)
+    assert calls == [op.idempotency_key]
+    assert [result.status for result in results] == ["succeeded"] * 8
+    assert {result.envelope["logical_operation_id"] for result in results} == {op.id}
+    assert sorted(len(result.attempts) for result in results) == [0] * 7 + [1]
+    assert list(op.attempt_set.values_list("number", "status")) == [(1, "succeeded")]
+    assert len(_events(op.id, "outcome")) == 1
+    # The heartbeat is a task on the loop, not a thread (the live server's threads that
+    # serve the eight connections make a count of threads meaningless here).
+    assert seen["threads"] == []
+    assert seen["heartbeats"] == [f"heartbeat-{op.id}-1"]
+
+
+def test_a_cancellation_during_the_call_posts_nothing_and_the_lease_expires(async_setup):
+    setup = async_setup
+    setup.tool("refund")
+    sent = []
+
+    async def scenario():
+        started = asyncio.Event()
+
+        async def hangs(ctx):
+            sent.append(ctx.idempotency_key)
+            started.set()
+            await asyncio.Event().wait()  # the provider never answers
+
+        task = asyncio.ensure_future(
+            setup.runner.execute(
+                run=setup.run,
+                tool="refund",
+                operation_key="order-1:refund",
+                arguments=ARGS,
+                call=hangs,
+            )
+        )
+        await started.wait()
+        await asyncio.sleep(0.9)  # long enough for a heartbeat (every 2/3 s)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # What the loop still runs for the runner: nothing (the heartbeat was cancelled).
+        await asyncio.sleep(0)
+        return [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("heart")]
+
+    left = setup.loop.run(scenario())
+    assert left == []
+    op = Operation.objects.get(runner=setup.api.runner)
+    assert sent == [op.idempotency_key]
+    beats = op.attempt_set.get().heartbeats
+    assert beats >= 1
+    time.sleep(2.3)  # past the lease, had it been extended once more
+    assert op.attempt_set.get().heartbeats == beats  # the heartbeat was cancelled with it
+    assert not _events(op.id, "outcome")
+    assert services.sweep().leases_expired == 1
+    op.refresh_from_db()
+    assert (op.status, op.error_code) == ("outcome_unknown", "lease_expired")
+    assert op.attempt_set.get().status == "lease_expired"
