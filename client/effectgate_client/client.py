@@ -160,6 +160,15 @@ class _ClientCore:
         user_agent: str,
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        # What ``AsyncEffectgateClient.like`` needs to make a client with these settings.
+        self._settings: dict[str, Any] = {
+            "token": token,
+            "timeout": timeout,
+            "max_retries": max_retries,
+            "backoff_base_s": backoff_base_s,
+            "backoff_max_s": backoff_max_s,
+            "user_agent": user_agent,
+        }
         self.max_retries = max_retries
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
@@ -330,6 +339,8 @@ class EffectgateClient(_ClientCore):
             user_agent=user_agent,
         )
         self.sleep = sleep
+        # Whether requests go through a transport of the caller's (see ``like``).
+        self.custom_transport = transport is not None
         self._http = httpx.Client(transport=transport, **self._http_options)
 
     def close(self) -> None:
@@ -536,6 +547,19 @@ class AsyncEffectgateClient(_ClientCore):
         )
         self.sleep = sleep
         self._http = httpx.AsyncClient(transport=transport, **self._http_options)
+
+    @classmethod
+    def like(cls, client: EffectgateClient) -> AsyncEffectgateClient:
+        """An asynchronous client with the settings of ``client``: its URL, token,
+        timeout and repeats. A transport of the caller's cannot be carried over (it
+        blocks): pass an ``AsyncEffectgateClient`` with an async one instead."""
+        if client.custom_transport:
+            raise TypeError(
+                "this EffectgateClient sends through a transport of its own, which an "
+                "AsyncEffectgateClient cannot use: make an AsyncEffectgateClient (and an "
+                "AsyncRunner) with an httpx.AsyncBaseTransport"
+            )
+        return cls(client.base_url, **client._settings)
 
     async def aclose(self) -> None:
         await self._http.aclose()

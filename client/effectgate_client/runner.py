@@ -638,6 +638,35 @@ class AsyncRunner(_RunnerCore):
         )
         self.sleep = sleep
 
+    @classmethod
+    def like(cls, runner: Runner) -> AsyncRunner:
+        """An ``AsyncRunner`` with the settings of ``runner``, over
+        ``AsyncEffectgateClient.like(runner.client)``; its ``PollingWaiter`` becomes an
+        ``AsyncPollingWaiter`` with the same pacing. Its own ``sleep`` is not carried
+        over (it blocks), nor another kind of waiter (make an ``AsyncRunner`` with an
+        async one)."""
+        waiter = runner.waiter
+        if not isinstance(waiter, PollingWaiter):
+            raise TypeError(
+                f"a {type(waiter).__name__} cannot wait on an event loop: make an "
+                "AsyncRunner with an async waiter (AsyncNotifiedWaiter, AsyncPollingWaiter)"
+            )
+        return cls(
+            AsyncEffectgateClient.like(runner.client),
+            waiter=AsyncPollingWaiter(
+                initial_s=waiter.initial_s,
+                max_s=waiter.max_s,
+                factor=waiter.factor,
+                clock=waiter.clock,
+            ),
+            lease_s=runner.lease_s,
+            heartbeat_every_s=runner.heartbeat_every_s,
+            wait_s=runner.wait_s,
+            reconciliation_wait_s=runner.reconciliation_wait_s,
+            conflict_backoff_s=runner.conflict_backoff_s,
+            clock=runner.clock,
+        )
+
     async def execute(
         self,
         *,
