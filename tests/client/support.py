@@ -5,6 +5,7 @@ import asyncio
 import re
 import threading
 import time
+from asyncio import run_coroutine_threadsafe
 from collections.abc import Coroutine
 from typing import Any
 
@@ -104,12 +105,14 @@ class LoopThread:
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="test-loop")
+        self.thread = threading.Thread(target=self.loop.run_forever, name="test-loop", daemon=True)
         self.thread.start()
 
     def submit(self, coroutine: Coroutine[Any, Any, Any]):
-        """The coroutine scheduled on the loop, as a ``concurrent.futures.Future``."""
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        """The coroutine scheduled on the loop, as a ``concurrent.futures.Future``
+        (imported by name: a test may make ``asyncio.run_coroutine_threadsafe`` fail
+        for the code it checks)."""
+        return run_coroutine_threadsafe(coroutine, self.loop)
 
     def run(self, coroutine: Coroutine[Any, Any, Any], timeout: float = 120) -> Any:
         return self.submit(coroutine).result(timeout)

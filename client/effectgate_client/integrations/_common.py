@@ -48,18 +48,27 @@ class OnLoop:
     ``AsyncRunner`` needs its loop) is registered before the first call.
     """
 
-    def __init__(self, runner: Runner | AsyncRunner, name: str, contract: dict[str, Any] | None):
+    def __init__(
+        self,
+        runner: Runner | AsyncRunner,
+        name: str,
+        contract: dict[str, Any] | None,
+        *,
+        mirror_now: bool = True,
+    ) -> None:
         self.runner = runner
         self.name = name
         self._contract = contract
         self._mirrors: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncRunner] = (
             weakref.WeakKeyDictionary()
         )
-        # The first loop's mirror, made now: a Runner that cannot be mirrored (a
-        # transport or a waiter of its own) is refused here, not at the first call.
+        # The first loop's mirror, made now unless the adapter also runs synchronously:
+        # a Runner that cannot be mirrored (a transport or a waiter of its own) is
+        # refused here, not at the first call.
         self._unused: AsyncRunner | None = None
         if isinstance(runner, Runner):
-            self._unused = AsyncRunner.like(runner)
+            if mirror_now:
+                self._unused = AsyncRunner.like(runner)
             register_contract(runner, name, contract)
             self._contract = None
 
