@@ -35,7 +35,7 @@ import warnings
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NotRequired, Required, TypedDict, TypeVar, Unpack
 from urllib.parse import quote
 
 import httpx
@@ -82,6 +82,31 @@ class Pause:
     seconds: float
 
 
+class ClientSettings(TypedDict, total=False):
+    """The settings both clients take (defaults in ``_ClientCore``): the timeout of a
+    request, how often one call is repeated after a lost answer, the backoff between
+    repeats, the User-Agent."""
+
+    timeout: float
+    max_retries: int
+    backoff_base_s: float
+    backoff_max_s: float
+    user_agent: str
+
+
+class RegisterFields(TypedDict):
+    """What ``register`` takes (``EffectgateClient.register`` says what each means)."""
+
+    run: Required[str]
+    tool: Required[str]
+    operation_key: Required[str]
+    arguments: Required[dict[str, Any]]
+    call_id: NotRequired[str | None]
+    turn: NotRequired[int | None]
+    approval: NotRequired[dict[str, Any] | None]
+    claim_lease_s: NotRequired[int | None]
+
+
 def _run_body(
     principal: str, external_id: str | None, budgets: dict[str, Any] | None
 ) -> dict[str, Any]:
@@ -93,33 +118,23 @@ def _run_body(
     return body
 
 
-def _register_body(
-    *,
-    run: str,
-    tool: str,
-    operation_key: str,
-    arguments: dict[str, Any],
-    call_id: str | None,
-    turn: int | None,
-    approval: dict[str, Any] | None,
-    claim_lease_s: int | None,
-) -> dict[str, Any]:
-    if not operation_key:
+def _register_body(fields: RegisterFields) -> dict[str, Any]:
+    if not fields.get("operation_key"):
         raise ValueError("operation_key is required: make it before the first attempt")
     body: dict[str, Any] = {
-        "run": run,
-        "tool": tool,
-        "operation_key": operation_key,
-        "arguments": arguments,
+        "run": fields["run"],
+        "tool": fields["tool"],
+        "operation_key": fields["operation_key"],
+        "arguments": fields["arguments"],
     }
-    if call_id:
-        body["call_id"] = call_id
-    if turn is not None:
-        body["turn"] = turn
-    if approval is not None:
-        body["approval"] = approval
-    if claim_lease_s is not None:
-        body["claim"] = {"lease_s": claim_lease_s}
+    if fields.get("call_id"):
+        body["call_id"] = fields["call_id"]
+    if fields.get("turn") is not None:
+        body["turn"] = fields["turn"]
+    if fields.get("approval") is not None:
+        body["approval"] = fields["approval"]
+    if fields.get("claim_lease_s") is not None:
+        body["claim"] = {"lease_s": fields["claim_lease_s"]}
     return body
 
 
@@ -153,11 +168,11 @@ class _ClientCore:
         base_url: str,
         token: str,
         *,
-        timeout: float,
-        max_retries: int,
-        backoff_base_s: float,
-        backoff_max_s: float,
-        user_agent: str,
+        timeout: float = 10.0,
+        max_retries: int = 6,
+        backoff_base_s: float = 0.05,
+        backoff_max_s: float = 2.0,
+        user_agent: str = "effectgate-client/0.1",
     ) -> None:
         self.base_url = base_url.rstrip("/")
         # What ``AsyncEffectgateClient.like`` needs to make a client with these settings.
@@ -251,8 +266,8 @@ class _ClientCore:
     def _get_operation_plan(self, operation_id: str) -> Plan[dict[str, Any]]:
         return (yield from self._request_plan("GET", f"/operations/{_segment(operation_id)}"))
 
-    def _register_plan(self, **fields: Any) -> Plan[dict[str, Any]]:
-        body = _register_body(**fields)
+    def _register_plan(self, fields: RegisterFields) -> Plan[dict[str, Any]]:
+        body = _register_body(fields)
         return (yield from self._request_plan("POST", "/operations", json=body))
 
     def _claim_plan(self, operation_id: str, lease_s: int) -> Plan[dict[str, Any]]:
@@ -311,9 +326,11 @@ class _ClientCore:
 class EffectgateClient(_ClientCore):
     """A thread-safe client for one runner token.
 
-    ``max_retries`` bounds how often one call is repeated after a lost answer; waits
-    between repeats follow capped exponential backoff with full jitter, or Effectgate's
-    ``Retry-After`` when it sends one. ``sleep`` is injectable for tests.
+    ``max_retries`` (default 6) bounds how often one call is repeated after a lost
+    answer; waits between repeats follow capped exponential backoff with full jitter
+    (``backoff_base_s`` 0.05 doubling up to ``backoff_max_s`` 2), or Effectgate's
+    ``Retry-After`` when it sends one. ``timeout`` (10 s) bounds each request;
+    ``user_agent`` names the caller. ``sleep`` is injectable for tests.
     """
 
     def __init__(
@@ -321,23 +338,11 @@ class EffectgateClient(_ClientCore):
         base_url: str,
         token: str,
         *,
-        timeout: float = 10.0,
-        max_retries: int = 6,
-        backoff_base_s: float = 0.05,
-        backoff_max_s: float = 2.0,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
-        user_agent: str = "effectgate-client/0.1",
+        **settings: Unpack[ClientSettings],
     ) -> None:
-        super().__init__(
-            base_url,
-            token,
-            timeout=timeout,
-            max_retries=max_retries,
-            backoff_base_s=backoff_base_s,
-            backoff_max_s=backoff_max_s,
-            user_agent=user_agent,
-        )
+        super().__init__(base_url, token, **settings)
         self.sleep = sleep
         # Whether requests go through a transport of the caller's (see ``like``).
         self.custom_transport = transport is not None
@@ -415,36 +420,16 @@ class EffectgateClient(_ClientCore):
 
     # --- operations -----------------------------------------------------------------------
 
-    def register(
-        self,
-        *,
-        run: str,
-        tool: str,
-        operation_key: str,
-        arguments: dict[str, Any],
-        call_id: str | None = None,
-        turn: int | None = None,
-        approval: dict[str, Any] | None = None,
-        claim_lease_s: int | None = None,
-    ) -> dict[str, Any]:
+    def register(self, **fields: Unpack[RegisterFields]) -> dict[str, Any]:
         """Register an intended effect, or get back the one registered under the key.
 
+        ``run``, ``tool``, ``operation_key`` and ``arguments`` are required; ``call_id``
+        and ``turn`` name the model's call, ``approval`` is the runner's approval hint.
         With ``claim_lease_s`` the first attempt is claimed in the same round trip when
         the new operation is ``ready``: the body then carries ``attempt`` (or ``null``
         with ``claim_error``). A replay (status 200) never claims.
         """
-        return self._run(
-            self._register_plan(
-                run=run,
-                tool=tool,
-                operation_key=operation_key,
-                arguments=arguments,
-                call_id=call_id,
-                turn=turn,
-                approval=approval,
-                claim_lease_s=claim_lease_s,
-            )
-        )
+        return self._run(self._register_plan(fields))
 
     def get_operation(self, operation_id: str) -> dict[str, Any]:
         return self._run(self._get_operation_plan(operation_id))
@@ -528,23 +513,11 @@ class AsyncEffectgateClient(_ClientCore):
         base_url: str,
         token: str,
         *,
-        timeout: float = 10.0,
-        max_retries: int = 6,
-        backoff_base_s: float = 0.05,
-        backoff_max_s: float = 2.0,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        user_agent: str = "effectgate-client/0.1",
+        **settings: Unpack[ClientSettings],
     ) -> None:
-        super().__init__(
-            base_url,
-            token,
-            timeout=timeout,
-            max_retries=max_retries,
-            backoff_base_s=backoff_base_s,
-            backoff_max_s=backoff_max_s,
-            user_agent=user_agent,
-        )
+        super().__init__(base_url, token, **settings)
         self.sleep = sleep
         self._http = httpx.AsyncClient(transport=transport, **self._http_options)
 
@@ -625,31 +598,9 @@ class AsyncEffectgateClient(_ClientCore):
 
     # --- operations -----------------------------------------------------------------------
 
-    async def register(
-        self,
-        *,
-        run: str,
-        tool: str,
-        operation_key: str,
-        arguments: dict[str, Any],
-        call_id: str | None = None,
-        turn: int | None = None,
-        approval: dict[str, Any] | None = None,
-        claim_lease_s: int | None = None,
-    ) -> dict[str, Any]:
+    async def register(self, **fields: Unpack[RegisterFields]) -> dict[str, Any]:
         """``EffectgateClient.register``, awaited."""
-        return await self._run(
-            self._register_plan(
-                run=run,
-                tool=tool,
-                operation_key=operation_key,
-                arguments=arguments,
-                call_id=call_id,
-                turn=turn,
-                approval=approval,
-                claim_lease_s=claim_lease_s,
-            )
-        )
+        return await self._run(self._register_plan(fields))
 
     async def get_operation(self, operation_id: str) -> dict[str, Any]:
         return await self._run(self._get_operation_plan(operation_id))

@@ -227,6 +227,18 @@ class _Invoke:
     beat: bool
 
 
+class RunnerSettings(TypedDict, total=False):
+    """The settings both runners take (``Runner`` says what each does; defaults in
+    ``_RunnerCore``)."""
+
+    lease_s: int
+    heartbeat_every_s: float | None
+    wait_s: float
+    reconciliation_wait_s: float
+    conflict_backoff_s: tuple[float, float]
+    clock: Callable[[], float]
+
+
 class _RunnerCore:
     """The protocol of ``execute`` as one plan, and the settings both runners share."""
 
@@ -237,12 +249,12 @@ class _RunnerCore:
         client: _ClientCore,
         *,
         waiter: Any,
-        lease_s: int,
-        heartbeat_every_s: float | None,
-        wait_s: float,
-        reconciliation_wait_s: float,
-        conflict_backoff_s: tuple[float, float],
-        clock: Callable[[], float],
+        lease_s: int = 30,
+        heartbeat_every_s: float | None = None,
+        wait_s: float = 300.0,
+        reconciliation_wait_s: float = 0.0,
+        conflict_backoff_s: tuple[float, float] = (0.2, 5.0),
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
         self.waiter = waiter
@@ -282,14 +294,16 @@ class _RunnerCore:
         # when the claim left here: measured from that moment, it cannot be overstated.
         claim_sent = self.clock()
         op = yield from client._register_plan(
-            run=run,
-            tool=tool,
-            operation_key=operation_key,
-            arguments=arguments,
-            call_id=call_id,
-            turn=turn,
-            approval=approval,
-            claim_lease_s=self.lease_s,
+            {
+                "run": run,
+                "tool": tool,
+                "operation_key": operation_key,
+                "arguments": arguments,
+                "call_id": call_id,
+                "turn": turn,
+                "approval": approval,
+                "claim_lease_s": self.lease_s,
+            }
         )
         attempt = op.pop("attempt", None)
         op.pop("claim_error", None)  # the claim below meets the same refusal, typed
@@ -513,11 +527,13 @@ class _Heartbeat:
 class Runner(_RunnerCore):
     """Runs tool calls through Effectgate. Thread-safe; share one per process.
 
-    ``lease_s``: the lease of each attempt; the heartbeat extends it every third of
+    ``lease_s`` (default 30): the lease of each attempt; the heartbeat extends it every third of
     it, and the tool is not called (``not_sent``) when less than a fifth of it (at
     most 5 s) is left once the claim's answer arrives. ``wait_s``: how long one
     ``execute`` may wait in total (approvals, backoff, ``retry_after_ms``, conflicts)
-    before returning with ``refusal`` set.
+    before returning with ``refusal`` set (300 s). ``heartbeat_every_s`` overrides the
+    heartbeat's pace; ``conflict_backoff_s`` is the (first, largest) backoff after a
+    ``concurrency_conflict``; ``clock`` and ``sleep`` are injectable for tests.
     ``reconciliation_wait_s``: how long to wait for an unknown outcome to be answered
     (by a probe or a person) before returning; 0 returns at once.
     """
@@ -530,23 +546,12 @@ class Runner(_RunnerCore):
         client: EffectgateClient,
         *,
         waiter: Waiter | None = None,
-        lease_s: int = 30,
-        heartbeat_every_s: float | None = None,
-        wait_s: float = 300.0,
-        reconciliation_wait_s: float = 0.0,
-        conflict_backoff_s: tuple[float, float] = (0.2, 5.0),
         sleep: Callable[[float], None] = time.sleep,
-        clock: Callable[[], float] = time.monotonic,
+        **settings: Unpack[RunnerSettings],
     ) -> None:
+        clock = settings.get("clock", time.monotonic)
         super().__init__(
-            client,
-            waiter=waiter or PollingWaiter(sleep=sleep, clock=clock),
-            lease_s=lease_s,
-            heartbeat_every_s=heartbeat_every_s,
-            wait_s=wait_s,
-            reconciliation_wait_s=reconciliation_wait_s,
-            conflict_backoff_s=conflict_backoff_s,
-            clock=clock,
+            client, waiter=waiter or PollingWaiter(sleep=sleep, clock=clock), **settings
         )
         self.sleep = sleep
 
@@ -618,23 +623,12 @@ class AsyncRunner(_RunnerCore):
         client: AsyncEffectgateClient,
         *,
         waiter: AsyncWaiter | None = None,
-        lease_s: int = 30,
-        heartbeat_every_s: float | None = None,
-        wait_s: float = 300.0,
-        reconciliation_wait_s: float = 0.0,
-        conflict_backoff_s: tuple[float, float] = (0.2, 5.0),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-        clock: Callable[[], float] = time.monotonic,
+        **settings: Unpack[RunnerSettings],
     ) -> None:
+        clock = settings.get("clock", time.monotonic)
         super().__init__(
-            client,
-            waiter=waiter or AsyncPollingWaiter(sleep=sleep, clock=clock),
-            lease_s=lease_s,
-            heartbeat_every_s=heartbeat_every_s,
-            wait_s=wait_s,
-            reconciliation_wait_s=reconciliation_wait_s,
-            conflict_backoff_s=conflict_backoff_s,
-            clock=clock,
+            client, waiter=waiter or AsyncPollingWaiter(sleep=sleep, clock=clock), **settings
         )
         self.sleep = sleep
 
