@@ -666,5 +666,3 @@ class AsyncEffectgateClient(_ClientCore):
     ) -> dict[str, Any]:
         return await self._run(self._compensate_plan(operation_id, result, evidence))
 
-
-AnyClient = EffectgateClient | AsyncEffectgateClient
