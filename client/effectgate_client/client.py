@@ -665,4 +665,3 @@ class AsyncEffectgateClient(_ClientCore):
         self, operation_id: str, *, result: str, evidence: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         return await self._run(self._compensate_plan(operation_id, result, evidence))
-
