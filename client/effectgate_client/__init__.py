@@ -3,7 +3,8 @@
 ``EffectgateClient`` is one method per endpoint, repeating its own calls when an answer
 is lost; ``Runner.execute`` follows the whole protocol for one tool call (register,
 wait for approval, claim, call with the idempotency key under a heartbeat, post the
-outcome, obey every refusal) and returns the envelope for the model. docs/client.md
+outcome, obey every refusal) and returns the envelope for the model.
+``AsyncEffectgateClient`` and ``AsyncRunner`` are the same for asyncio. docs/client.md
 has the guide and an example agent loop.
 """
 
@@ -39,7 +40,7 @@ from .answers import (
     ToolResult,
     Usage,
 )
-from .client import EffectgateClient
+from .client import AsyncEffectgateClient, EffectgateClient
 from .errors import (
     ApprovalRequired,
     AttemptInProgress,
@@ -94,8 +95,15 @@ from .errors import (
     UrlNotAllowed,
 )
 from .outcomes import Failed, NotSent, Succeeded, ToolOutcome, Unknown, outcome_from_httpx_error
-from .runner import AttemptContext, Runner, ToolCallResult
-from .waiters import NotifiedWaiter, PollingWaiter, Waiter
+from .runner import AsyncRunner, AttemptContext, Runner, ToolCallResult
+from .waiters import (
+    AsyncNotifiedWaiter,
+    AsyncPollingWaiter,
+    AsyncWaiter,
+    NotifiedWaiter,
+    PollingWaiter,
+    Waiter,
+)
 
 __all__ = [
     "Approval",
@@ -103,6 +111,11 @@ __all__ = [
     "ApprovalRequired",
     "ApprovalStatus",
     "Attempt",
+    "AsyncEffectgateClient",
+    "AsyncNotifiedWaiter",
+    "AsyncPollingWaiter",
+    "AsyncRunner",
+    "AsyncWaiter",
     "AttemptContext",
     "AttemptInProgress",
     "AttemptStatus",

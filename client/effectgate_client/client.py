@@ -19,21 +19,28 @@ safe because of how the API is built, call by call:
 
 Protocol refusals (409, 403, 422...) are never repeated here: they are answers, raised
 as the typed exceptions of ``effectgate_client.errors``.
+
+``AsyncEffectgateClient`` has the same methods, awaited, over ``httpx.AsyncClient``.
+Both run the same plans (``_plan``): which answers are repeated, how long to wait,
+what a repeat's refusal means, how each body is built. Only the waiting differs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
 import warnings
 from collections import Counter
-from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Literal, NotRequired, Required, TypedDict, TypeVar, Unpack
 from urllib.parse import quote
 
 import httpx
 
+from ._plan import Plan, adrive, drive
 from .errors import (
     ContractNotActive,
     ContractNotActiveWarning,
@@ -51,18 +58,110 @@ API_PREFIX = "/api/v1"
 # Answers after which repeating the same call is both safe (see above) and useful.
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 
+T = TypeVar("T")
+
 
 def _segment(value: str) -> str:
     return quote(str(value), safe="")
 
 
-class EffectgateClient:
-    """A thread-safe client for one runner token.
+@dataclass(frozen=True)
+class Send:
+    """Effect: send one HTTP request; the result is the ``httpx.Response``."""
 
-    ``max_retries`` bounds how often one call is repeated after a lost answer; waits
-    between repeats follow capped exponential backoff with full jitter, or Effectgate's
-    ``Retry-After`` when it sends one. ``sleep`` is injectable for tests.
-    """
+    method: str
+    path: str
+    json: Any = None
+    params: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Effect: the client's wait before repeating a call."""
+
+    seconds: float
+
+
+class ClientSettings(TypedDict, total=False):
+    """The settings both clients take (defaults in ``_ClientCore``): the timeout of a
+    request, how often one call is repeated after a lost answer, the backoff between
+    repeats, the User-Agent."""
+
+    timeout: float
+    max_retries: int
+    backoff_base_s: float
+    backoff_max_s: float
+    user_agent: str
+
+
+class RegisterFields(TypedDict):
+    """What ``register`` takes (``EffectgateClient.register`` says what each means)."""
+
+    run: Required[str]
+    tool: Required[str]
+    operation_key: Required[str]
+    arguments: Required[dict[str, Any]]
+    call_id: NotRequired[str | None]
+    turn: NotRequired[int | None]
+    approval: NotRequired[dict[str, Any] | None]
+    claim_lease_s: NotRequired[int | None]
+
+
+def _run_body(
+    principal: str, external_id: str | None, budgets: dict[str, Any] | None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"principal": principal}
+    if external_id is not None:
+        body["external_id"] = external_id
+    if budgets:
+        body["budgets"] = budgets
+    return body
+
+
+def _register_body(fields: RegisterFields) -> dict[str, Any]:
+    if not fields.get("operation_key"):
+        raise ValueError("operation_key is required: make it before the first attempt")
+    body: dict[str, Any] = {
+        "run": fields["run"],
+        "tool": fields["tool"],
+        "operation_key": fields["operation_key"],
+        "arguments": fields["arguments"],
+    }
+    if fields.get("call_id"):
+        body["call_id"] = fields["call_id"]
+    if fields.get("turn") is not None:
+        body["turn"] = fields["turn"]
+    if fields.get("approval") is not None:
+        body["approval"] = fields["approval"]
+    if fields.get("claim_lease_s") is not None:
+        body["claim"] = {"lease_s": fields["claim_lease_s"]}
+    return body
+
+
+def _list_params(
+    status: str | None, run: str | None, tool: str | None, limit: int
+) -> dict[str, Any]:
+    values = {"status": status, "run": run, "tool": tool, "limit": limit}
+    return {key: value for key, value in values.items() if value is not None}
+
+
+def _next_page(page: dict[str, Any]) -> str | None:
+    """The path of the next page, or None on the last one."""
+    if not page.get("next"):
+        return None
+    # The cursor URL is absolute; keep only the part after the API prefix.
+    return str(page["next"]).split(API_PREFIX, 1)[1]
+
+
+def _evidence_body(result: str, evidence: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"result": result, **{k: v for k, v in extra.items() if v}}
+    if evidence is not None:
+        body["evidence"] = evidence
+    return body
+
+
+class _ClientCore:
+    """What both clients share: settings, the repeat policy and every call's plan."""
 
     def __init__(
         self,
@@ -73,45 +172,39 @@ class EffectgateClient:
         max_retries: int = 6,
         backoff_base_s: float = 0.05,
         backoff_max_s: float = 2.0,
-        transport: httpx.BaseTransport | None = None,
-        sleep: Callable[[float], None] = time.sleep,
         user_agent: str = "effectgate-client/0.1",
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        # What ``AsyncEffectgateClient.like`` needs to make a client with these settings.
+        self._settings: dict[str, Any] = {
+            "token": token,
+            "timeout": timeout,
+            "max_retries": max_retries,
+            "backoff_base_s": backoff_base_s,
+            "backoff_max_s": backoff_max_s,
+            "user_agent": user_agent,
+        }
         self.max_retries = max_retries
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
-        self.sleep = sleep
         # Counts of repeated calls by reason, for operators and benchmarks.
         self.stats: Counter[str] = Counter()
-        self._http = httpx.Client(
-            base_url=self.base_url + API_PREFIX,
-            headers={
+        self._http_options: dict[str, Any] = {
+            "base_url": self.base_url + API_PREFIX,
+            "headers": {
                 "Authorization": f"Bearer {token}",
                 "Accept": "application/json",
                 "User-Agent": user_agent,
             },
-            timeout=timeout,
-            transport=transport,
-            follow_redirects=False,
-        )
-
-    def close(self) -> None:
-        self._http.close()
-
-    def __enter__(self) -> EffectgateClient:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    # --- transport ----------------------------------------------------------------------
+            "timeout": timeout,
+            "follow_redirects": False,
+        }
 
     def _backoff_s(self, retry: int) -> float:
         ceiling = min(self.backoff_max_s, self.backoff_base_s * 2**retry)
         return random.uniform(0, ceiling)  # noqa: S311 (jitter, not secrecy)
 
-    def request(
+    def _request_plan(
         self,
         method: str,
         path: str,
@@ -119,7 +212,7 @@ class EffectgateClient:
         json: Any = None,
         params: dict[str, Any] | None = None,
         max_retries: int | None = None,
-    ) -> Any:
+    ) -> Plan[Any]:
         """One API call, repeated while the answer is lost; the JSON body of a success.
 
         Raises the typed ``ProblemError`` for a problem answer, ``TransportError`` when
@@ -130,7 +223,7 @@ class EffectgateClient:
         while True:
             wait: float | None = None
             try:
-                response = self._http.request(method, path, json=json, params=params)
+                response = yield Send(method, path, json, params)
             except httpx.TransportError as exc:
                 if retry >= retries:
                     raise TransportError(
@@ -153,8 +246,145 @@ class EffectgateClient:
                 if isinstance(error, ProblemError) and error.retry_after_ms is not None:
                     wait = error.retry_after_ms / 1000
             logger.debug("repeating %s %s (try %d)", method, path, retry + 2)
-            self.sleep(wait if wait is not None else self._backoff_s(retry))
+            yield Pause(wait if wait is not None else self._backoff_s(retry))
             retry += 1
+
+    # --- plans of the calls that do more than one request ----------------------------------
+
+    def _put_tool_plan(
+        self, name: str, contract: dict[str, Any], inactive: Literal["raise", "warn"]
+    ) -> Plan[dict[str, Any]]:
+        if inactive not in ("raise", "warn"):
+            raise ValueError(f"inactive must be 'raise' or 'warn', not {inactive!r}")
+        answer = yield from self._request_plan("PUT", f"/tools/{_segment(name)}", json=contract)
+        if answer.get("active") is False:
+            if inactive == "raise":
+                raise ContractNotActive(answer)
+            warnings.warn(inactive_contract_message(answer), ContractNotActiveWarning, stacklevel=5)
+        return answer
+
+    def _get_operation_plan(self, operation_id: str) -> Plan[dict[str, Any]]:
+        return (yield from self._request_plan("GET", f"/operations/{_segment(operation_id)}"))
+
+    def _register_plan(self, fields: RegisterFields) -> Plan[dict[str, Any]]:
+        body = _register_body(fields)
+        return (yield from self._request_plan("POST", "/operations", json=body))
+
+    def _claim_plan(self, operation_id: str, lease_s: int) -> Plan[dict[str, Any]]:
+        path = f"/operations/{_segment(operation_id)}/attempts"
+        return (yield from self._request_plan("POST", path, json={"lease_s": lease_s}))
+
+    def _heartbeat_plan(
+        self, operation_id: str, attempt: int, lease_s: int, max_retries: int | None
+    ) -> Plan[dict[str, Any]]:
+        path = f"/operations/{_segment(operation_id)}/attempts/{int(attempt)}/heartbeat"
+        return (
+            yield from self._request_plan(
+                "POST", path, json={"lease_s": lease_s}, max_retries=max_retries
+            )
+        )
+
+    def _post_outcome_plan(
+        self, operation_id: str, attempt: int, outcome: dict[str, Any]
+    ) -> Plan[dict[str, Any]]:
+        path = f"/operations/{_segment(operation_id)}/attempts/{int(attempt)}/outcome"
+        return (yield from self._request_plan("POST", path, json=outcome))
+
+    def _tool_result_plan(self, operation_id: str) -> Plan[dict[str, Any]]:
+        path = f"/operations/{_segment(operation_id)}/tool-result"
+        return (yield from self._request_plan("GET", path))
+
+    def _reconcile_plan(
+        self,
+        operation_id: str,
+        result: str,
+        downstream_id: str | None,
+        evidence: dict[str, Any] | None,
+    ) -> Plan[dict[str, Any]]:
+        body = _evidence_body(result, evidence, downstream_id=downstream_id)
+        path = f"/operations/{_segment(operation_id)}/reconciliations"
+        try:
+            return (yield from self._request_plan("POST", path, json=body))
+        except NotUnknown as exc:
+            if not exc.repeated or result == "still_unknown":
+                raise
+            return (yield from self._get_operation_plan(operation_id))
+
+    def _compensate_plan(
+        self, operation_id: str, result: str, evidence: dict[str, Any] | None
+    ) -> Plan[dict[str, Any]]:
+        body = _evidence_body(result, evidence)
+        path = f"/operations/{_segment(operation_id)}/compensations"
+        try:
+            return (yield from self._request_plan("POST", path, json=body))
+        except NotCompensating as exc:
+            if not exc.repeated or result != "committed":
+                raise
+            return (yield from self._get_operation_plan(operation_id))
+
+
+class EffectgateClient(_ClientCore):
+    """A thread-safe client for one runner token.
+
+    ``max_retries`` (default 6) bounds how often one call is repeated after a lost
+    answer; waits between repeats follow capped exponential backoff with full jitter
+    (``backoff_base_s`` 0.05 doubling up to ``backoff_max_s`` 2), or Effectgate's
+    ``Retry-After`` when it sends one. ``timeout`` (10 s) bounds each request;
+    ``user_agent`` names the caller. ``sleep`` is injectable for tests.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        transport: httpx.BaseTransport | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        **settings: Unpack[ClientSettings],
+    ) -> None:
+        super().__init__(base_url, token, **settings)
+        self.sleep = sleep
+        # Whether requests go through a transport of the caller's (see ``like``).
+        self.custom_transport = transport is not None
+        self._http = httpx.Client(transport=transport, **self._http_options)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> EffectgateClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _perform(self, effect: Any) -> Any:
+        if isinstance(effect, Send):
+            return self._http.request(
+                effect.method, effect.path, json=effect.json, params=effect.params
+            )
+        if isinstance(effect, Pause):
+            return self.sleep(effect.seconds)
+        raise TypeError(f"not an effect of the client: {effect!r}")
+
+    def _run(self, plan: Plan[T]) -> T:
+        return drive(plan, self._perform)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        max_retries: int | None = None,
+    ) -> Any:
+        """One API call, repeated while the answer is lost; the JSON body of a success.
+
+        Raises the typed ``ProblemError`` for a problem answer, ``TransportError`` when
+        Effectgate stayed unreachable, ``UnexpectedResponse`` for anything else.
+        """
+        plan = self._request_plan(method, path, json=json, params=params, max_retries=max_retries)
+        return self._run(plan)
 
     # --- tools and runs -----------------------------------------------------------------
 
@@ -168,14 +398,7 @@ class EffectgateClient:
         calls that follow would silently run under the old contract. ``inactive="warn"``
         warns with ``ContractNotActiveWarning`` and returns the answer instead.
         """
-        if inactive not in ("raise", "warn"):
-            raise ValueError(f"inactive must be 'raise' or 'warn', not {inactive!r}")
-        answer = self.request("PUT", f"/tools/{_segment(name)}", json=contract)
-        if answer.get("active") is False:
-            if inactive == "raise":
-                raise ContractNotActive(answer)
-            warnings.warn(inactive_contract_message(answer), ContractNotActiveWarning, stacklevel=2)
-        return answer
+        return self._run(self._put_tool_plan(name, contract, inactive))
 
     def get_tool(self, name: str) -> dict[str, Any]:
         return self.request("GET", f"/tools/{_segment(name)}")
@@ -187,12 +410,7 @@ class EffectgateClient:
         external_id: str | None = None,
         budgets: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        body: dict[str, Any] = {"principal": principal}
-        if external_id is not None:
-            body["external_id"] = external_id
-        if budgets:
-            body["budgets"] = budgets
-        return self.request("POST", "/runs", json=body)
+        return self.request("POST", "/runs", json=_run_body(principal, external_id, budgets))
 
     def get_run(self, run_id: str) -> dict[str, Any]:
         return self.request("GET", f"/runs/{_segment(run_id)}")
@@ -202,44 +420,19 @@ class EffectgateClient:
 
     # --- operations -----------------------------------------------------------------------
 
-    def register(
-        self,
-        *,
-        run: str,
-        tool: str,
-        operation_key: str,
-        arguments: dict[str, Any],
-        call_id: str | None = None,
-        turn: int | None = None,
-        approval: dict[str, Any] | None = None,
-        claim_lease_s: int | None = None,
-    ) -> dict[str, Any]:
+    def register(self, **fields: Unpack[RegisterFields]) -> dict[str, Any]:
         """Register an intended effect, or get back the one registered under the key.
 
+        ``run``, ``tool``, ``operation_key`` and ``arguments`` are required; ``call_id``
+        and ``turn`` name the model's call, ``approval`` is the runner's approval hint.
         With ``claim_lease_s`` the first attempt is claimed in the same round trip when
         the new operation is ``ready``: the body then carries ``attempt`` (or ``null``
         with ``claim_error``). A replay (status 200) never claims.
         """
-        if not operation_key:
-            raise ValueError("operation_key is required: make it before the first attempt")
-        body: dict[str, Any] = {
-            "run": run,
-            "tool": tool,
-            "operation_key": operation_key,
-            "arguments": arguments,
-        }
-        if call_id:
-            body["call_id"] = call_id
-        if turn is not None:
-            body["turn"] = turn
-        if approval is not None:
-            body["approval"] = approval
-        if claim_lease_s is not None:
-            body["claim"] = {"lease_s": claim_lease_s}
-        return self.request("POST", "/operations", json=body)
+        return self._run(self._register_plan(fields))
 
     def get_operation(self, operation_id: str) -> dict[str, Any]:
-        return self.request("GET", f"/operations/{_segment(operation_id)}")
+        return self._run(self._get_operation_plan(operation_id))
 
     def list_operations(
         self,
@@ -250,27 +443,19 @@ class EffectgateClient:
         limit: int = 200,
     ) -> Iterator[dict[str, Any]]:
         """Every matching operation, newest first, following the cursor."""
-        params: dict[str, Any] | None = {
-            key: value
-            for key, value in {"status": status, "run": run, "tool": tool, "limit": limit}.items()
-            if value is not None
-        }
-        path = "/operations"
-        while True:
+        path: str | None = "/operations"
+        params: dict[str, Any] | None = _list_params(status, run, tool, limit)
+        while path is not None:
             page = self.request("GET", path, params=params)
             yield from page["results"]
-            if not page.get("next"):
-                return
-            # The cursor URL is absolute; keep only the part after the API prefix.
-            path = page["next"].split(API_PREFIX, 1)[1]
-            params = None
+            path, params = _next_page(page), None
 
     def events(self, operation_id: str) -> list[dict[str, Any]]:
         return self.request("GET", f"/operations/{_segment(operation_id)}/events")
 
     def tool_result(self, operation_id: str) -> dict[str, Any]:
         """The envelope to hand back to the model (status, code, message, next actions)."""
-        return self.request("GET", f"/operations/{_segment(operation_id)}/tool-result")
+        return self._run(self._tool_result_plan(operation_id))
 
     def get_approval(self, approval_id: str) -> dict[str, Any]:
         return self.request("GET", f"/approvals/{_segment(approval_id)}")
@@ -279,28 +464,19 @@ class EffectgateClient:
 
     def claim(self, operation_id: str, *, lease_s: int = 30) -> dict[str, Any]:
         """Claim the next attempt; raises the claim refusal's typed exception."""
-        return self.request(
-            "POST", f"/operations/{_segment(operation_id)}/attempts", json={"lease_s": lease_s}
-        )
+        return self._run(self._claim_plan(operation_id, lease_s))
 
     def heartbeat(
         self, operation_id: str, attempt: int, *, lease_s: int = 30, max_retries: int | None = None
     ) -> dict[str, Any]:
-        return self.request(
-            "POST",
-            f"/operations/{_segment(operation_id)}/attempts/{int(attempt)}/heartbeat",
-            json={"lease_s": lease_s},
-            max_retries=max_retries,
-        )
+        return self._run(self._heartbeat_plan(operation_id, attempt, lease_s, max_retries))
 
-    def post_outcome(self, operation_id: str, attempt: int, outcome: dict[str, Any]) -> dict:
+    def post_outcome(
+        self, operation_id: str, attempt: int, outcome: dict[str, Any]
+    ) -> dict[str, Any]:
         """Post an attempt's outcome (``{"kind": "succeeded" | "failed" | "unknown",
         ...}``); the operation after classification. Repeating it is safe."""
-        return self.request(
-            "POST",
-            f"/operations/{_segment(operation_id)}/attempts/{int(attempt)}/outcome",
-            json=outcome,
-        )
+        return self._run(self._post_outcome_plan(operation_id, attempt, outcome))
 
     # --- reconciliation and compensation -----------------------------------------------------
 
@@ -318,30 +494,174 @@ class EffectgateClient:
         finds the operation no longer unknown (``not_unknown``), the first try went
         through: the operation as it is now is returned.
         """
-        body: dict[str, Any] = {"result": result}
-        if downstream_id:
-            body["downstream_id"] = downstream_id
-        if evidence is not None:
-            body["evidence"] = evidence
-        path = f"/operations/{_segment(operation_id)}/reconciliations"
-        try:
-            return self.request("POST", path, json=body)
-        except NotUnknown as exc:
-            if not exc.repeated or result == "still_unknown":
-                raise
-            return self.get_operation(operation_id)
+        return self._run(self._reconcile_plan(operation_id, result, downstream_id, evidence))
 
     def compensate(
         self, operation_id: str, *, result: str, evidence: dict[str, Any] | None = None
     ) -> dict[str, Any]:
         """Record the undo of a ``compensating`` operation (``committed`` or ``failed``)."""
-        body: dict[str, Any] = {"result": result}
-        if evidence is not None:
-            body["evidence"] = evidence
-        path = f"/operations/{_segment(operation_id)}/compensations"
-        try:
-            return self.request("POST", path, json=body)
-        except NotCompensating as exc:
-            if not exc.repeated or result != "committed":
-                raise
-            return self.get_operation(operation_id)
+        return self._run(self._compensate_plan(operation_id, result, evidence))
+
+
+class AsyncEffectgateClient(_ClientCore):
+    """``EffectgateClient`` for asyncio (``httpx.AsyncClient``): the same methods,
+    awaited, with the same repeats. Use it with ``async with`` or ``await aclose()``;
+    share one per event loop. ``sleep`` is injectable for tests."""
+
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        **settings: Unpack[ClientSettings],
+    ) -> None:
+        super().__init__(base_url, token, **settings)
+        self.sleep = sleep
+        self._http = httpx.AsyncClient(transport=transport, **self._http_options)
+
+    @classmethod
+    def like(cls, client: EffectgateClient) -> AsyncEffectgateClient:
+        """An asynchronous client with the settings of ``client``: its URL, token,
+        timeout and repeats. A transport of the caller's cannot be carried over (it
+        blocks): pass an ``AsyncEffectgateClient`` with an async one instead."""
+        if client.custom_transport:
+            raise TypeError(
+                "this EffectgateClient sends through a transport of its own, which an "
+                "AsyncEffectgateClient cannot use: make an AsyncEffectgateClient (and an "
+                "AsyncRunner) with an httpx.AsyncBaseTransport"
+            )
+        return cls(client.base_url, **client._settings)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncEffectgateClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def _perform(self, effect: Any) -> Any:
+        if isinstance(effect, Send):
+            return await self._http.request(
+                effect.method, effect.path, json=effect.json, params=effect.params
+            )
+        if isinstance(effect, Pause):
+            return await self.sleep(effect.seconds)
+        raise TypeError(f"not an effect of the client: {effect!r}")
+
+    async def _run(self, plan: Plan[T]) -> T:
+        return await adrive(plan, self._perform)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        max_retries: int | None = None,
+    ) -> Any:
+        """``EffectgateClient.request``, awaited."""
+        plan = self._request_plan(method, path, json=json, params=params, max_retries=max_retries)
+        return await self._run(plan)
+
+    # --- tools and runs -----------------------------------------------------------------
+
+    async def put_tool(
+        self, name: str, contract: dict[str, Any], *, inactive: Literal["raise", "warn"] = "raise"
+    ) -> dict[str, Any]:
+        """``EffectgateClient.put_tool``: raises ``ContractNotActive`` (or warns with
+        ``inactive="warn"``) when the version is stored but not active."""
+        return await self._run(self._put_tool_plan(name, contract, inactive))
+
+    async def get_tool(self, name: str) -> dict[str, Any]:
+        return await self.request("GET", f"/tools/{_segment(name)}")
+
+    async def create_run(
+        self,
+        *,
+        principal: str,
+        external_id: str | None = None,
+        budgets: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        body = _run_body(principal, external_id, budgets)
+        return await self.request("POST", "/runs", json=body)
+
+    async def get_run(self, run_id: str) -> dict[str, Any]:
+        return await self.request("GET", f"/runs/{_segment(run_id)}")
+
+    async def cancel_run(self, run_id: str) -> dict[str, Any]:
+        return await self.request("POST", f"/runs/{_segment(run_id)}/cancel")
+
+    # --- operations -----------------------------------------------------------------------
+
+    async def register(self, **fields: Unpack[RegisterFields]) -> dict[str, Any]:
+        """``EffectgateClient.register``, awaited."""
+        return await self._run(self._register_plan(fields))
+
+    async def get_operation(self, operation_id: str) -> dict[str, Any]:
+        return await self._run(self._get_operation_plan(operation_id))
+
+    async def list_operations(
+        self,
+        *,
+        status: str | None = None,
+        run: str | None = None,
+        tool: str | None = None,
+        limit: int = 200,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every matching operation, newest first, following the cursor
+        (``async for``)."""
+        path: str | None = "/operations"
+        params: dict[str, Any] | None = _list_params(status, run, tool, limit)
+        while path is not None:
+            page = await self.request("GET", path, params=params)
+            for operation in page["results"]:
+                yield operation
+            path, params = _next_page(page), None
+
+    async def events(self, operation_id: str) -> list[dict[str, Any]]:
+        return await self.request("GET", f"/operations/{_segment(operation_id)}/events")
+
+    async def tool_result(self, operation_id: str) -> dict[str, Any]:
+        return await self._run(self._tool_result_plan(operation_id))
+
+    async def get_approval(self, approval_id: str) -> dict[str, Any]:
+        return await self.request("GET", f"/approvals/{_segment(approval_id)}")
+
+    # --- attempts -------------------------------------------------------------------------
+
+    async def claim(self, operation_id: str, *, lease_s: int = 30) -> dict[str, Any]:
+        return await self._run(self._claim_plan(operation_id, lease_s))
+
+    async def heartbeat(
+        self, operation_id: str, attempt: int, *, lease_s: int = 30, max_retries: int | None = None
+    ) -> dict[str, Any]:
+        return await self._run(self._heartbeat_plan(operation_id, attempt, lease_s, max_retries))
+
+    async def post_outcome(
+        self, operation_id: str, attempt: int, outcome: dict[str, Any]
+    ) -> dict[str, Any]:
+        return await self._run(self._post_outcome_plan(operation_id, attempt, outcome))
+
+    # --- reconciliation and compensation -----------------------------------------------------
+
+    async def reconcile(
+        self,
+        operation_id: str,
+        *,
+        result: str,
+        downstream_id: str | None = None,
+        evidence: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """``EffectgateClient.reconcile``: a repeat that finds the operation no longer
+        unknown returns the operation as it is now."""
+        return await self._run(self._reconcile_plan(operation_id, result, downstream_id, evidence))
+
+    async def compensate(
+        self, operation_id: str, *, result: str, evidence: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        return await self._run(self._compensate_plan(operation_id, result, evidence))

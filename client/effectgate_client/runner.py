@@ -16,9 +16,9 @@ read:
    approved with changes (``superseded``), follow the successor and call the tool with
    the approver's edits applied to the runner's arguments.
 4. With a claimed attempt, call the tool with the operation's idempotency key, beating
-   the lease's heartbeat from a background thread while the call runs, and post what
-   happened. Effectgate classifies it; a retry (a ``failed`` retryable code, or
-   ``unknown`` for a repeatable tool) goes back to step 3.
+   the lease's heartbeat from a background thread (``AsyncRunner``: an asyncio task)
+   while the call runs, and post what happened. Effectgate classifies it; a retry (a
+   ``failed`` retryable code, or ``unknown`` for a repeatable tool) goes back to step 3.
 5. Return the tool-result envelope: the one the final outcome's answer carries when the
    operation ended there, else ``GET /operations/{id}/tool-result``.
 
@@ -28,21 +28,30 @@ stops and the lease expires, which Effectgate treats as an unknown outcome, exac
 when the process dies. Nothing here ever calls the tool again after an unknown outcome
 of an irreversible or compensable tool: only Effectgate decides that, after
 reconciliation.
+
+``AsyncRunner`` is ``Runner`` for asyncio: ``await runner.execute(...)`` over an
+``AsyncEffectgateClient``, with tool functions that may be coroutine functions. Both
+drive the same plan (``_RunnerCore._execute_plan``, see ``_plan``), so every decision
+above is made by one piece of code. A cancellation (``asyncio.CancelledError``) during
+the tool call is such a ``BaseException``: nothing is posted, the heartbeat task is
+cancelled and the lease runs out into an unknown outcome.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
-from .client import EffectgateClient
+from ._plan import Plan, adrive, drive, resolved
+from .client import AsyncEffectgateClient, EffectgateClient, _ClientCore
 from .errors import (
     ApprovalRequired,
     AttemptInProgress,
@@ -61,7 +70,7 @@ from .errors import (
     TransportError,
 )
 from .outcomes import Succeeded, ToolOutcome
-from .waiters import PollingWaiter, Waiter
+from .waiters import AsyncPollingWaiter, AsyncWaiter, PollingWaiter, Waiter
 
 logger = logging.getLogger(__name__)
 
@@ -174,85 +183,81 @@ class ToolCallResult:
         return body
 
 
-class _Heartbeat:
-    """Extends an attempt's lease from a daemon thread until stopped."""
-
-    def __init__(
-        self,
-        client: EffectgateClient,
-        operation_id: str,
-        attempt: int,
-        lease_s: int,
-        every_s: float,
-    ) -> None:
-        self.client = client
-        self.operation_id = operation_id
-        self.attempt = attempt
-        self.lease_s = lease_s
-        self.every_s = every_s
-        self.beats = 0
-        self.stale = False
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"heartbeat-{operation_id}-{attempt}", daemon=True
-        )
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.every_s):
-            try:
-                # One repeat at most: the next beat is a repeat too.
-                self.client.heartbeat(
-                    self.operation_id, self.attempt, lease_s=self.lease_s, max_retries=1
-                )
-                self.beats += 1
-            except StaleAttempt:
-                # Something acted on the expired lease (a paused process, a long GC):
-                # the outcome will be recorded as a late outcome.
-                self.stale = True
-                logger.warning("attempt %s #%d lost its lease", self.operation_id, self.attempt)
-                return
-            except EffectgateError as exc:
-                logger.warning("heartbeat of %s failed: %s", self.operation_id, exc)
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.every_s + 1)
-
-
 ToolFunction = Callable[[AttemptContext], Any]
+# A tool function of ``AsyncRunner``: a coroutine function, or a plain one (which then
+# runs on the event loop, holding it and the heartbeat until it returns).
+AsyncToolFunction = Callable[[AttemptContext], Awaitable[Any] | Any]
 
 
-class Runner:
-    """Runs tool calls through Effectgate. Thread-safe; share one per process.
+class ExecuteOptions(TypedDict, total=False):
+    """The optional arguments of ``execute`` (``Runner.execute`` says what each does)."""
 
-    ``lease_s``: the lease of each attempt; the heartbeat extends it every third of
-    it, and the tool is not called (``not_sent``) when less than a fifth of it (at
-    most 5 s) is left once the claim's answer arrives. ``wait_s``: how long one
-    ``execute`` may wait in total (approvals, backoff, ``retry_after_ms``, conflicts)
-    before returning with ``refusal`` set.
-    ``reconciliation_wait_s``: how long to wait for an unknown outcome to be answered
-    (by a probe or a person) before returning; 0 returns at once.
-    """
+    call_id: str | None
+    turn: int | None
+    approval: dict[str, Any] | None
+    undo: Any
+    approval_wait_s: float | None
+    waiter: Any
+
+
+@dataclass(frozen=True)
+class _Hold:
+    """Effect: the runner's own wait (``retry_after_ms``, a conflict's backoff)."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Await:
+    """Effect: ``waiter.wait(client, operation, status=..., deadline=...)``."""
+
+    waiter: Any
+    operation: dict[str, Any]
+    status: str
+    deadline: float
+
+
+@dataclass(frozen=True)
+class _Invoke:
+    """Effect: call a tool (or undo) function; under the lease's heartbeat when
+    ``beat`` is set. The result is what it returned; what it raised is thrown in."""
+
+    function: Any
+    context: AttemptContext
+    beat: bool
+
+
+class RunnerSettings(TypedDict, total=False):
+    """The settings both runners take (``Runner`` says what each does; defaults in
+    ``_RunnerCore``)."""
+
+    lease_s: int
+    heartbeat_every_s: float | None
+    wait_s: float
+    reconciliation_wait_s: float
+    conflict_backoff_s: tuple[float, float]
+    clock: Callable[[], float]
+
+
+class _RunnerCore:
+    """The protocol of ``execute`` as one plan, and the settings both runners share."""
+
+    client: Any
 
     def __init__(
         self,
-        client: EffectgateClient,
+        client: _ClientCore,
         *,
-        waiter: Waiter | None = None,
+        waiter: Any,
         lease_s: int = 30,
         heartbeat_every_s: float | None = None,
         wait_s: float = 300.0,
         reconciliation_wait_s: float = 0.0,
         conflict_backoff_s: tuple[float, float] = (0.2, 5.0),
-        sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.client = client
-        self.waiter: Waiter = waiter or PollingWaiter(sleep=sleep, clock=clock)
+        self.waiter = waiter
         self.lease_s = lease_s
         self.heartbeat_every_s = heartbeat_every_s or max(0.2, lease_s / 3)
         # An attempt starts only while at least this much of its lease is left.
@@ -260,36 +265,24 @@ class Runner:
         self.wait_s = wait_s
         self.reconciliation_wait_s = reconciliation_wait_s
         self.conflict_backoff_s = conflict_backoff_s
-        self.sleep = sleep
         self.clock = clock
 
-    def execute(
+    def _execute_plan(
         self,
         *,
         run: str,
         tool: str,
         operation_key: str,
         arguments: dict[str, Any],
-        call: ToolFunction,
+        call: Any,
         call_id: str | None = None,
         turn: int | None = None,
         approval: dict[str, Any] | None = None,
-        undo: ToolFunction | None = None,
+        undo: Any = None,
         approval_wait_s: float | None = None,
-        waiter: Waiter | None = None,
-    ) -> ToolCallResult:
-        """Take one intended effect as far as it can go now; see the module docstring.
-
-        ``call(ctx)`` makes the call to the outside world with ``ctx.idempotency_key``
-        and returns its result (or ``Succeeded``), or raises ``NotSent``, ``Failed`` or
-        ``Unknown``; any other exception is posted as ``unknown``. ``undo(ctx)`` (for
-        compensable tools) undoes the effect with ``ctx.idempotency_key`` (the
-        operation's key suffixed ``:undo``); raising means the undo failed.
-        ``approval_wait_s``: how long, within ``wait_s``, to wait for a person's decision
-        (0 answers ``awaiting_approval`` at once; retries still get their backoff).
-        ``waiter``: how this call waits for a person or a reconciliation, instead of the
-        runner's own (the MCP gateway's tells its client while a person decides).
-        """
+        waiter: Any = None,
+    ) -> Plan[ToolCallResult]:
+        client: _ClientCore = self.client
         waiter = waiter or self.waiter
         started = self.clock()
         deadline = started + self.wait_s
@@ -300,15 +293,17 @@ class Runner:
         # The lease runs from the server's clock at the claim, which is no earlier than
         # when the claim left here: measured from that moment, it cannot be overstated.
         claim_sent = self.clock()
-        op = self.client.register(
-            run=run,
-            tool=tool,
-            operation_key=operation_key,
-            arguments=arguments,
-            call_id=call_id,
-            turn=turn,
-            approval=approval,
-            claim_lease_s=self.lease_s,
+        op = yield from client._register_plan(
+            {
+                "run": run,
+                "tool": tool,
+                "operation_key": operation_key,
+                "arguments": arguments,
+                "call_id": call_id,
+                "turn": turn,
+                "approval": approval,
+                "claim_lease_s": self.lease_s,
+            }
         )
         attempt = op.pop("attempt", None)
         op.pop("claim_error", None)  # the claim below meets the same refusal, typed
@@ -317,13 +312,13 @@ class Runner:
         while True:
             if attempt is not None:
                 result.attempts.append(attempt["attempt"])
-                op = self._run_attempt(op, attempt, call, arguments, result, claim_sent)
+                op = yield from self._attempt_plan(op, attempt, call, arguments, result, claim_sent)
                 attempt = None
                 continue
             status = op["status"]
             if status == "superseded" and op.get("superseded_by"):
                 # A person approved an edited copy: run that one, with their changes.
-                op = self.client.get_operation(op["superseded_by"])
+                op = yield from client._get_operation_plan(op["superseded_by"])
                 arguments = apply_edits(arguments, op.get("edits") or [])
                 continue
             if status in TERMINAL:
@@ -332,40 +327,36 @@ class Runner:
                 wait_until = min(deadline, started + self.reconciliation_wait_s)
                 if self.clock() >= wait_until:
                     break
-                op = waiter.wait(self.client, op, status=status, deadline=wait_until)
+                op = yield _Await(waiter, op, status, wait_until)
                 continue
             if status == "compensating":
                 if undo is None or op.get("error_code") == "compensation_failed":
                     break
-                op = self._compensate(op, undo, arguments)
+                op = yield from self._compensate_plan(op, undo, arguments)
                 continue
             if status == "awaiting_approval":
                 if self.clock() >= approval_deadline:
                     result.refusal = ApprovalRequired.code
                     break
-                op = waiter.wait(self.client, op, status=status, deadline=approval_deadline)
+                op = yield _Await(waiter, op, status, approval_deadline)
                 continue
             # ready, or executing under a lease this call does not hold
             try:
                 claim_sent = self.clock()
-                attempt = self.client.claim(op["id"], lease_s=self.lease_s)
+                attempt = yield from client._claim_plan(op["id"], self.lease_s)
                 conflicts = 0
-            except (RetryLater, AttemptInProgress) as refusal:
-                wait = (refusal.retry_after_ms or 1000) / 1000
+            except (RetryLater, AttemptInProgress, ConcurrencyConflict) as refusal:
+                if isinstance(refusal, ConcurrencyConflict):
+                    low, high = self.conflict_backoff_s
+                    wait = random.uniform(0, min(high, low * 2**conflicts))  # noqa: S311
+                    conflicts += 1
+                else:
+                    wait = (refusal.retry_after_ms or 1000) / 1000
                 if self.clock() + wait > deadline:
                     result.refusal = refusal.code
-                    op = self.client.get_operation(op["id"])
+                    op = yield from client._get_operation_plan(op["id"])
                     break
-                self.sleep(wait)
-            except ConcurrencyConflict as refusal:
-                low, high = self.conflict_backoff_s
-                wait = random.uniform(0, min(high, low * 2**conflicts))  # noqa: S311
-                conflicts += 1
-                if self.clock() + wait > deadline:
-                    result.refusal = refusal.code
-                    op = self.client.get_operation(op["id"])
-                    break
-                self.sleep(wait)
+                yield _Hold(wait)
             except (
                 Superseded,
                 OperationClosed,
@@ -377,38 +368,40 @@ class Runner:
             ):
                 # The refusal says where the operation is (grant_invalid and
                 # budget_exhausted moved it there); the loop acts on the state it reads.
-                op = self.client.get_operation(op["id"])
+                op = yield from client._get_operation_plan(op["id"])
         # An outcome's answer carries the envelope for the state it left (api.md): when
         # the call ended there, no further request; otherwise ask for it now.
         envelope = op.pop("tool_result", None)
         result.operation = op
         if envelope is None or op["status"] not in TERMINAL:
-            envelope = self.client.tool_result(op["id"])
+            envelope = yield from client._tool_result_plan(op["id"])
         result.envelope = envelope
         return result
 
-    def _run_attempt(
+    def _attempt_plan(
         self,
         op: dict[str, Any],
         attempt: dict[str, Any],
-        call: ToolFunction,
+        call: Any,
         arguments: dict[str, Any],
         result: ToolCallResult,
         claim_sent: float,
-    ) -> dict[str, Any]:
+    ) -> Plan[dict[str, Any]]:
         number = attempt["attempt"]
         if self.clock() - claim_sent > self.lease_s - self.lease_margin_s:
             # The claim took so long to come back that the lease may be over by the
             # time the request reaches the outside world: a probe could then find
             # nothing while the request is still on its way. Do not send it.
-            return self._post_outcome(
-                op,
-                number,
-                {
-                    "kind": "failed",
-                    "code": "not_sent",
-                    "detail": "The lease was about to expire before the call started.",
-                },
+            return (
+                yield from self._post_outcome_plan(
+                    op,
+                    number,
+                    {
+                        "kind": "failed",
+                        "code": "not_sent",
+                        "detail": "The lease was about to expire before the call started.",
+                    },
+                )
             )
         context = AttemptContext(
             operation_id=op["id"],
@@ -417,40 +410,38 @@ class Runner:
             arguments=arguments,
             lease_until=attempt["lease_until"],
         )
-        heartbeat = _Heartbeat(self.client, op["id"], number, self.lease_s, self.heartbeat_every_s)
-        heartbeat.start()
         try:
-            try:
-                value = call(context)
-            except ToolOutcome as outcome:
-                body = outcome.body()
-            except Exception as exc:
-                # Whatever went wrong, the request may have left: unknown, never "failed".
-                logger.exception("tool call %s #%d raised", op["id"], number)
-                body = {
-                    "kind": "unknown",
-                    "code": "runner_exception",
-                    "detail": f"{type(exc).__name__}: {exc}"[:4000],
-                }
-            else:
-                success = value if isinstance(value, Succeeded) else Succeeded(result=value)
-                body = success.body()
-                result.output = value
-                if not _travels(body):
-                    # The effect happened: record it even if its result cannot travel
-                    # (Effectgate refuses what not every JSON reader reads the same).
-                    body["result"] = {"repr": repr(success.result).replace("\x00", "")[:4000]}
-        finally:
-            heartbeat.stop()
-        return self._post_outcome(op, number, body)
+            value = yield _Invoke(call, context, beat=True)
+        except ToolOutcome as outcome:
+            body = outcome.body()
+        except Exception as exc:
+            # Whatever went wrong, the request may have left: unknown, never "failed".
+            logger.exception("tool call %s #%d raised", op["id"], number)
+            body = {
+                "kind": "unknown",
+                "code": "runner_exception",
+                "detail": f"{type(exc).__name__}: {exc}"[:4000],
+            }
+        else:
+            success = value if isinstance(value, Succeeded) else Succeeded(result=value)
+            body = success.body()
+            result.output = value
+            if not _travels(body):
+                # The effect happened: record it even if its result cannot travel
+                # (Effectgate refuses what not every JSON reader reads the same).
+                body["result"] = {"repr": repr(success.result).replace("\x00", "")[:4000]}
+        return (yield from self._post_outcome_plan(op, number, body))
 
-    def _post_outcome(self, op: dict[str, Any], number: int, body: dict[str, Any]) -> dict:
+    def _post_outcome_plan(
+        self, op: dict[str, Any], number: int, body: dict[str, Any]
+    ) -> Plan[dict[str, Any]]:
+        client: _ClientCore = self.client
         try:
-            return self.client.post_outcome(op["id"], number, body)
+            return (yield from client._post_outcome_plan(op["id"], number, body))
         except (StaleAttempt, OutcomeConflict):
             # Recorded as a late outcome (a late success still applies) or refused
             # because the attempt already has another outcome; the operation says which.
-            return self.client.get_operation(op["id"])
+            return (yield from client._get_operation_plan(op["id"]))
         except TransportError as exc:
             raise OutcomeNotRecorded(
                 f"the outcome of {op['id']} attempt {number} could not be posted: {exc}",
@@ -459,9 +450,10 @@ class Runner:
                 outcome=body,
             ) from exc
 
-    def _compensate(
-        self, op: dict[str, Any], undo: ToolFunction, arguments: dict[str, Any]
-    ) -> dict[str, Any]:
+    def _compensate_plan(
+        self, op: dict[str, Any], undo: Any, arguments: dict[str, Any]
+    ) -> Plan[dict[str, Any]]:
+        client: _ClientCore = self.client
         context = AttemptContext(
             operation_id=op["id"],
             attempt=op["attempts"],
@@ -470,16 +462,248 @@ class Runner:
             lease_until="",
         )
         try:
-            evidence = undo(context)
+            evidence = yield _Invoke(undo, context, beat=False)
         except Exception as exc:
             logger.exception("undo of %s failed", op["id"])
-            return self.client.compensate(
-                op["id"],
-                result="failed",
-                evidence={"error": f"{type(exc).__name__}: {exc}"[:2000]},
+            return (
+                yield from client._compensate_plan(
+                    op["id"], "failed", {"error": f"{type(exc).__name__}: {exc}"[:2000]}
+                )
             )
-        return self.client.compensate(
-            op["id"],
-            result="committed",
-            evidence=evidence if isinstance(evidence, dict) else {"result": evidence},
+        return (
+            yield from client._compensate_plan(
+                op["id"],
+                "committed",
+                evidence if isinstance(evidence, dict) else {"result": evidence},
+            )
         )
+
+    def _beat_plan(self, context: AttemptContext) -> Plan[bool]:
+        """One heartbeat; False once the lease is lost (no further beat helps)."""
+        client: _ClientCore = self.client
+        try:
+            # One repeat at most: the next beat is a repeat too.
+            yield from client._heartbeat_plan(
+                context.operation_id, context.attempt, self.lease_s, 1
+            )
+        except StaleAttempt:
+            # Something acted on the expired lease (a paused process, a long GC): the
+            # outcome will be recorded as a late outcome.
+            logger.warning("attempt %s #%d lost its lease", context.operation_id, context.attempt)
+            return False
+        except EffectgateError as exc:
+            logger.warning("heartbeat of %s failed: %s", context.operation_id, exc)
+        return True
+
+
+class _Heartbeat:
+    """Extends an attempt's lease from a daemon thread until stopped."""
+
+    def __init__(self, runner: Runner, context: AttemptContext) -> None:
+        self.runner = runner
+        self.context = context
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run,
+            name=f"heartbeat-{context.operation_id}-{context.attempt}",
+            daemon=True,
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        plan = self.runner._beat_plan
+        while not self._stop.wait(self.runner.heartbeat_every_s):
+            if not drive(plan(self.context), self.runner.client._perform):
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join(timeout=self.runner.heartbeat_every_s + 1)
+
+
+class Runner(_RunnerCore):
+    """Runs tool calls through Effectgate. Thread-safe; share one per process.
+
+    ``lease_s`` (default 30): the lease of each attempt; the heartbeat extends it every third of
+    it, and the tool is not called (``not_sent``) when less than a fifth of it (at
+    most 5 s) is left once the claim's answer arrives. ``wait_s``: how long one
+    ``execute`` may wait in total (approvals, backoff, ``retry_after_ms``, conflicts)
+    before returning with ``refusal`` set (300 s). ``heartbeat_every_s`` overrides the
+    heartbeat's pace; ``conflict_backoff_s`` is the (first, largest) backoff after a
+    ``concurrency_conflict``; ``clock`` and ``sleep`` are injectable for tests.
+    ``reconciliation_wait_s``: how long to wait for an unknown outcome to be answered
+    (by a probe or a person) before returning; 0 returns at once.
+    """
+
+    client: EffectgateClient
+    waiter: Waiter
+
+    def __init__(
+        self,
+        client: EffectgateClient,
+        *,
+        waiter: Waiter | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        **settings: Unpack[RunnerSettings],
+    ) -> None:
+        clock = settings.get("clock", time.monotonic)
+        super().__init__(
+            client, waiter=waiter or PollingWaiter(sleep=sleep, clock=clock), **settings
+        )
+        self.sleep = sleep
+
+    def execute(
+        self,
+        *,
+        run: str,
+        tool: str,
+        operation_key: str,
+        arguments: dict[str, Any],
+        call: ToolFunction,
+        **options: Unpack[ExecuteOptions],
+    ) -> ToolCallResult:
+        """Take one intended effect as far as it can go now; see the module docstring.
+
+        ``call(ctx)`` makes the call to the outside world with ``ctx.idempotency_key``
+        and returns its result (or ``Succeeded``), or raises ``NotSent``, ``Failed`` or
+        ``Unknown``; any other exception is posted as ``unknown``. ``undo(ctx)`` (for
+        compensable tools) undoes the effect with ``ctx.idempotency_key`` (the
+        operation's key suffixed ``:undo``); raising means the undo failed.
+        ``call_id`` and ``turn`` name the model's call; ``approval`` is the runner's
+        approval hint (api.md, Operations).
+        ``approval_wait_s``: how long, within ``wait_s``, to wait for a person's decision
+        (0 answers ``awaiting_approval`` at once; retries still get their backoff).
+        ``waiter``: how this call waits for a person or a reconciliation, instead of the
+        runner's own (the MCP gateway's tells its client while a person decides).
+        """
+        plan = self._execute_plan(
+            run=run,
+            tool=tool,
+            operation_key=operation_key,
+            arguments=arguments,
+            call=call,
+            **options,
+        )
+        return drive(plan, self._perform)
+
+    def _perform(self, effect: Any) -> Any:
+        if isinstance(effect, _Invoke):
+            if not effect.beat:
+                return effect.function(effect.context)
+            heartbeat = _Heartbeat(self, effect.context)
+            heartbeat.start()
+            try:
+                return effect.function(effect.context)
+            finally:
+                heartbeat.stop()
+        if isinstance(effect, _Await):
+            return effect.waiter.wait(
+                self.client, effect.operation, status=effect.status, deadline=effect.deadline
+            )
+        if isinstance(effect, _Hold):
+            return self.sleep(effect.seconds)
+        return self.client._perform(effect)
+
+
+class AsyncRunner(_RunnerCore):
+    """``Runner`` for asyncio, over an ``AsyncEffectgateClient``: ``await
+    runner.execute(...)`` with the same arguments and the same protocol. The heartbeat
+    is an asyncio task; ``call`` and ``undo`` may be coroutine functions. Share one per
+    event loop; concurrent ``execute`` calls are safe (the operation key decides which
+    one runs an attempt, as for processes)."""
+
+    client: AsyncEffectgateClient
+    waiter: AsyncWaiter
+
+    def __init__(
+        self,
+        client: AsyncEffectgateClient,
+        *,
+        waiter: AsyncWaiter | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        **settings: Unpack[RunnerSettings],
+    ) -> None:
+        clock = settings.get("clock", time.monotonic)
+        super().__init__(
+            client, waiter=waiter or AsyncPollingWaiter(sleep=sleep, clock=clock), **settings
+        )
+        self.sleep = sleep
+
+    @classmethod
+    def like(cls, runner: Runner) -> AsyncRunner:
+        """An ``AsyncRunner`` with the settings of ``runner``, over
+        ``AsyncEffectgateClient.like(runner.client)``; its ``PollingWaiter`` becomes an
+        ``AsyncPollingWaiter`` with the same pacing. Its own ``sleep`` is not carried
+        over (it blocks), nor another kind of waiter (make an ``AsyncRunner`` with an
+        async one)."""
+        waiter = runner.waiter
+        if not isinstance(waiter, PollingWaiter):
+            raise TypeError(
+                f"a {type(waiter).__name__} cannot wait on an event loop: make an "
+                "AsyncRunner with an async waiter (AsyncNotifiedWaiter, AsyncPollingWaiter)"
+            )
+        return cls(
+            AsyncEffectgateClient.like(runner.client),
+            waiter=AsyncPollingWaiter(
+                initial_s=waiter.initial_s,
+                max_s=waiter.max_s,
+                factor=waiter.factor,
+                clock=waiter.clock,
+            ),
+            lease_s=runner.lease_s,
+            heartbeat_every_s=runner.heartbeat_every_s,
+            wait_s=runner.wait_s,
+            reconciliation_wait_s=runner.reconciliation_wait_s,
+            conflict_backoff_s=runner.conflict_backoff_s,
+            clock=runner.clock,
+        )
+
+    async def execute(
+        self,
+        *,
+        run: str,
+        tool: str,
+        operation_key: str,
+        arguments: dict[str, Any],
+        call: AsyncToolFunction,
+        **options: Unpack[ExecuteOptions],
+    ) -> ToolCallResult:
+        """``Runner.execute``, awaited; ``call`` and ``undo`` may be coroutine
+        functions, ``waiter`` an async waiter."""
+        plan = self._execute_plan(
+            run=run,
+            tool=tool,
+            operation_key=operation_key,
+            arguments=arguments,
+            call=call,
+            **options,
+        )
+        return await adrive(plan, self._perform)
+
+    async def _beat(self, context: AttemptContext) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_every_s)
+            if not await adrive(self._beat_plan(context), self.client._perform):
+                return
+
+    async def _perform(self, effect: Any) -> Any:
+        if isinstance(effect, _Invoke):
+            if not effect.beat:
+                return await resolved(effect.function(effect.context))
+            name = f"heartbeat-{effect.context.operation_id}-{effect.context.attempt}"
+            heartbeat = asyncio.create_task(self._beat(effect.context), name=name)
+            try:
+                return await resolved(effect.function(effect.context))
+            finally:
+                # Also on a cancellation: the lease then runs out, as when a process dies.
+                heartbeat.cancel()
+        if isinstance(effect, _Await):
+            return await effect.waiter.wait(
+                self.client, effect.operation, status=effect.status, deadline=effect.deadline
+            )
+        if isinstance(effect, _Hold):
+            return await self.sleep(effect.seconds)
+        return await self.client._perform(effect)

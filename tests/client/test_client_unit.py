@@ -1,5 +1,10 @@
-"""The client without a server: problem parsing, repeats, classification, waiters."""
+"""The client without a server: problem parsing, repeats, classification, waiters.
 
+The tests of requests and repeats run with both clients (``flavor``): the
+asynchronous one must send the same requests and repeat them by the same rules."""
+
+import asyncio
+import inspect
 import re
 import subprocess
 import sys
@@ -13,6 +18,9 @@ import pytest
 import effectgate_client
 from effectgate_client import (
     ApprovalRequired,
+    AsyncEffectgateClient,
+    AsyncNotifiedWaiter,
+    AsyncPollingWaiter,
     AttemptInProgress,
     BudgetExhausted,
     CompensationRequired,
@@ -47,13 +55,56 @@ def _problem(status, code, **extra):
     }
 
 
-def _client(handler, **kwargs):
-    return EffectgateClient(
-        "http://effectgate.test",
-        "egr_token",
-        transport=httpx.MockTransport(handler),
-        sleep=lambda seconds: None,
-        **kwargs,
+FLAVORS = pytest.mark.parametrize("flavor", ["sync", "async"])
+
+
+class _Blocking:
+    """The asynchronous client with each method run to its answer (``asyncio.run``;
+    a mock transport holds no connection that would outlive its loop)."""
+
+    def __init__(self, client):
+        self._client = client
+
+    def __getattr__(self, name):
+        attribute = getattr(self._client, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args, **kwargs):
+            result = attribute(*args, **kwargs)
+            if inspect.isasyncgen(result):
+                return asyncio.run(_collect(result))
+            return asyncio.run(result)
+
+        return call
+
+
+async def _collect(items):
+    return [item async for item in items]
+
+
+def _client(handler, flavor="sync", sleep=None, **kwargs):
+    if flavor == "sync":
+        return EffectgateClient(
+            "http://effectgate.test",
+            "egr_token",
+            transport=httpx.MockTransport(handler),
+            sleep=sleep or (lambda seconds: None),
+            **kwargs,
+        )
+
+    async def no_sleep(seconds):
+        if sleep is not None:
+            sleep(seconds)
+
+    return _Blocking(
+        AsyncEffectgateClient(
+            "http://effectgate.test",
+            "egr_token",
+            transport=httpx.MockTransport(handler),
+            sleep=no_sleep,
+            **kwargs,
+        )
     )
 
 
@@ -94,14 +145,15 @@ def test_the_package_imports_without_django():
         (409, "concurrency_conflict", ConcurrencyConflict),
     ],
 )
-def test_every_claim_refusal_is_its_own_type_and_is_not_repeated(status, code, cls):
+@FLAVORS
+def test_every_claim_refusal_is_its_own_type_and_is_not_repeated(status, code, cls, flavor):
     calls = []
 
     def handler(request):
         calls.append(request)
         return httpx.Response(status, json=_problem(status, code))
 
-    client = _client(handler)
+    client = _client(handler, flavor)
     with pytest.raises(cls) as caught:
         client.claim("op_1", lease_s=10)
     assert len(calls) == 1
@@ -111,12 +163,13 @@ def test_every_claim_refusal_is_its_own_type_and_is_not_repeated(status, code, c
     assert caught.value.detail == f"detail of {code}"
 
 
-def test_retry_after_comes_from_the_body_or_the_header():
+@FLAVORS
+def test_retry_after_comes_from_the_body_or_the_header(flavor):
     def body(request):
         return httpx.Response(409, json=_problem(409, "retry_later", retry_after_ms=1500))
 
     with pytest.raises(RetryLater) as caught:
-        _client(body).claim("op_1")
+        _client(body, flavor).claim("op_1")
     assert caught.value.retry_after_ms == 1500
     assert caught.value.retry_after_s == 1.5
 
@@ -126,22 +179,24 @@ def test_retry_after_comes_from_the_body_or_the_header():
         )
 
     with pytest.raises(AttemptInProgress) as caught:
-        _client(header).claim("op_1")
+        _client(header, flavor).claim("op_1")
     assert caught.value.retry_after_ms == 3000
 
 
-def test_unknown_code_still_raises_a_problem_with_its_body():
+@FLAVORS
+def test_unknown_code_still_raises_a_problem_with_its_body(flavor):
     def handler(request):
         return httpx.Response(418, json=_problem(418, "teapot", extra_field=1))
 
     with pytest.raises(ProblemError) as caught:
-        _client(handler).get_operation("op_1")
+        _client(handler, flavor).get_operation("op_1")
     assert type(caught.value) is ProblemError
     assert caught.value.code == "teapot"
     assert caught.value.problem["extra_field"] == 1
 
 
-def test_lost_answers_are_repeated_then_given_up():
+@FLAVORS
+def test_lost_answers_are_repeated_then_given_up(flavor):
     attempts = []
 
     def flaky(request):
@@ -150,7 +205,7 @@ def test_lost_answers_are_repeated_then_given_up():
             raise httpx.ConnectError("refused", request=request)
         return httpx.Response(200, json={"id": "op_1", "status": "ready"})
 
-    client = _client(flaky)
+    client = _client(flaky, flavor)
     assert client.get_operation("op_1")["status"] == "ready"
     assert len(attempts) == 3
     assert client.stats["lost:ConnectError"] == 2
@@ -159,11 +214,12 @@ def test_lost_answers_are_repeated_then_given_up():
         raise httpx.ReadTimeout("no answer", request=request)
 
     with pytest.raises(TransportError) as caught:
-        _client(down, max_retries=2).get_operation("op_1")
+        _client(down, flavor, max_retries=2).get_operation("op_1")
     assert "3 tries" in str(caught.value)
 
 
-def test_server_errors_are_repeated_honouring_retry_after():
+@FLAVORS
+def test_server_errors_are_repeated_honouring_retry_after(flavor):
     waits = []
     answers = iter(
         [
@@ -172,22 +228,18 @@ def test_server_errors_are_repeated_honouring_retry_after():
             httpx.Response(200, json={"ok": True}),
         ]
     )
-    client = EffectgateClient(
-        "http://effectgate.test",
-        "t",
-        transport=httpx.MockTransport(lambda request: next(answers)),
-        sleep=waits.append,
-    )
+    client = _client(lambda request: next(answers), flavor, sleep=waits.append)
     assert client.get_run("run_1") == {"ok": True}
     assert waits[1] == 2.0
     assert client.stats["status:503"] == client.stats["status:429"] == 1
 
     with pytest.raises(UnexpectedResponse) as caught:
-        _client(lambda r: httpx.Response(502, text="proxy"), max_retries=1).get_run("run_1")
+        _client(lambda r: httpx.Response(502, text="proxy"), flavor, max_retries=1).get_run("run_1")
     assert caught.value.status == 502
 
 
-def test_a_refusal_after_a_repeat_is_marked_and_reconcile_reads_the_operation():
+@FLAVORS
+def test_a_refusal_after_a_repeat_is_marked_and_reconcile_reads_the_operation(flavor):
     calls = []
 
     def handler(request):
@@ -198,18 +250,20 @@ def test_a_refusal_after_a_repeat_is_marked_and_reconcile_reads_the_operation():
             return httpx.Response(409, json=_problem(409, "not_unknown"))
         return httpx.Response(200, json={"id": "op_1", "status": "succeeded"})
 
-    assert _client(handler).reconcile("op_1", result="committed")["status"] == "succeeded"
+    assert _client(handler, flavor).reconcile("op_1", result="committed")["status"] == "succeeded"
     assert calls == ["POST", "POST", "GET"]
 
 
-def test_register_requires_an_operation_key():
+@FLAVORS
+def test_register_requires_an_operation_key(flavor):
     with pytest.raises(ValueError, match="operation_key"):
-        _client(lambda r: httpx.Response(500)).register(
+        _client(lambda r: httpx.Response(500), flavor).register(
             run="run_1", tool="t", operation_key="", arguments={}
         )
 
 
-def test_list_operations_follows_the_cursor():
+@FLAVORS
+def test_list_operations_follows_the_cursor(flavor):
     def handler(request):
         if "cursor" in request.url.params:
             return httpx.Response(200, json={"results": [{"id": "op_1"}], "next": None})
@@ -221,7 +275,7 @@ def test_list_operations_follows_the_cursor():
             },
         )
 
-    ids = [op["id"] for op in _client(handler).list_operations(run="run_1", limit=2)]
+    ids = [op["id"] for op in _client(handler, flavor).list_operations(run="run_1", limit=2)]
     assert ids == ["op_3", "op_2", "op_1"]
 
 
@@ -339,3 +393,60 @@ def test_only_results_effectgates_strict_json_accepts_travel_as_they_are():
     for _ in range(70):
         deep = [deep]
     assert not _travels(deep)
+
+
+class FakeAsyncClient(FakeClient):
+    async def get_operation(self, operation_id):
+        return FakeClient.get_operation(self, operation_id)
+
+
+def test_async_polling_waiter_backs_off_like_the_polling_waiter():
+    sleeps = []
+    now = [0.0]
+
+    async def sleep(seconds):
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    waiter = AsyncPollingWaiter(initial_s=1, max_s=4, sleep=sleep, clock=lambda: now[0])
+    client = FakeAsyncClient(["awaiting_approval"])
+    op = asyncio.run(waiter.wait(client, {"id": "op_1"}, status="awaiting_approval", deadline=20))
+    assert op["status"] == "awaiting_approval"
+    assert now[0] == pytest.approx(20)
+    assert 0.5 <= sleeps[0] <= 1
+    assert 1 <= sleeps[1] <= 2
+    assert 2 <= sleeps[2] <= 4
+    assert max(sleeps) <= 4
+    assert waiter.polls == client.reads
+
+
+def test_async_notified_waiter_wakes_on_a_notify_from_another_thread():
+    client = FakeAsyncClient(["awaiting_approval", "ready"])
+    waiter = AsyncNotifiedWaiter(fallback_poll_s=30)
+    timer = threading.Timer(0.2, waiter.notify, args=["op_1"])
+    started = time.monotonic()
+    timer.start()
+    op = asyncio.run(
+        waiter.wait(client, {"id": "op_1"}, status="awaiting_approval", deadline=started + 60)
+    )
+    assert op["status"] == "ready"
+    assert time.monotonic() - started < 5
+    assert client.reads == 2
+
+
+def test_async_notified_waiter_ignores_other_operations_and_polls_when_nothing_comes():
+    client = FakeAsyncClient(["awaiting_approval", "awaiting_approval", "ready"])
+    waiter = AsyncNotifiedWaiter(fallback_poll_s=0.05)
+
+    async def main():
+        waiting = asyncio.ensure_future(
+            waiter.wait(
+                client, {"id": "op_1"}, status="awaiting_approval", deadline=time.monotonic() + 5
+            )
+        )
+        await asyncio.sleep(0.01)
+        waiter.notify("op_other")  # wakes the sleeper, which finds its version unchanged
+        return await waiting
+
+    op = asyncio.run(main())
+    assert (op["status"], client.reads) == ("ready", 3)

@@ -1,9 +1,12 @@
 """The runner client against a live Effectgate (pytest-django's live server).
 
 Each test drives ``Runner.execute`` or ``EffectgateClient`` over real HTTP and then
-checks what Effectgate stored: operations, attempts and events.
+checks what Effectgate stored: operations, attempts and events. Every test that goes
+through ``Setup`` runs twice: with ``Runner`` and with ``AsyncRunner`` (over
+``AsyncEffectgateClient``, on an event loop in its own thread), which must behave alike.
 """
 
+import asyncio
 import threading
 import time
 
@@ -12,6 +15,9 @@ from django.db import connections
 from guardian.shortcuts import assign_perm
 
 from effectgate_client import (
+    AsyncEffectgateClient,
+    AsyncPollingWaiter,
+    AsyncRunner,
     EffectgateClient,
     Failed,
     IntentMismatch,
@@ -30,7 +36,7 @@ from operations import services
 from operations.models import Attempt, Event, Operation, Tool
 from operations.models import Runner as RunnerAccount
 from tests.approvals.conftest import person
-from tests.client.support import LosingTransport, RecordingSleep
+from tests.client.support import LoopThread, LosingTransport, RecordingSleep
 from tests.conftest import contract, make_runner
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -39,8 +45,13 @@ ARGS = {"payment_id": "pay_1", "amount_cents": 500}
 
 
 class Setup:
-    def __init__(self, live_server, transport=None, **runner_options):
+    """A runner account, a run and a runner of the given flavor (``sync``: ``Runner``,
+    ``async``: ``AsyncRunner``). The test's own calls go through ``client``, the
+    blocking client, on the same transport as the runner's."""
+
+    def __init__(self, live_server, flavor="sync", transport=None, **runner_options):
         self.api = make_runner()
+        self.flavor = flavor
         self.transport = transport or LosingTransport()
         self.sleep = RecordingSleep()
         self.client = EffectgateClient(
@@ -48,12 +59,25 @@ class Setup:
         )
         runner_options.setdefault("lease_s", 5)
         runner_options.setdefault("wait_s", 10)
-        self.runner = Runner(
-            self.client,
-            waiter=PollingWaiter(initial_s=0.05, max_s=0.2),
-            sleep=self.sleep,
-            **runner_options,
-        )
+        self.loop = None
+        if flavor == "sync":
+            self.runner = Runner(
+                self.client,
+                waiter=PollingWaiter(initial_s=0.05, max_s=0.2),
+                sleep=self.sleep,
+                **runner_options,
+            )
+        else:
+            self.loop = LoopThread()
+            self.async_client = AsyncEffectgateClient(
+                live_server.url, self.api.token, transport=self.transport, backoff_base_s=0.01
+            )
+            self.runner = AsyncRunner(
+                self.async_client,
+                waiter=AsyncPollingWaiter(initial_s=0.05, max_s=0.2),
+                sleep=self.sleep.wait,
+                **runner_options,
+            )
         self.run = self.client.create_run(principal="user:alice")["id"]
 
     def tool(self, name, effect_class="irreversible", **overrides):
@@ -61,9 +85,16 @@ class Setup:
         self.client.put_tool(name, contract(effect_class, **overrides))
 
     def execute(self, tool, call, key="order-1:refund", arguments=ARGS, **kwargs):
-        return self.runner.execute(
+        running = self.runner.execute(
             run=self.run, tool=tool, operation_key=key, arguments=arguments, call=call, **kwargs
         )
+        return running if self.loop is None else self.loop.run(running)
+
+    def close(self):
+        self.client.close()
+        if self.loop is not None:
+            self.loop.run(self.async_client.aclose())
+            self.loop.close()
 
 
 class Calls:
@@ -88,11 +119,17 @@ def _closing_connections(function):
 
     def body():
         try:
-            function()
+            return function()
         finally:
             connections.close_all()
 
     return body
+
+
+async def _off_loop(function):
+    """``function()`` in a worker thread: Django refuses database queries on a thread
+    that runs an event loop."""
+    return await asyncio.to_thread(lambda: _closing_connections(function)())
 
 
 def _events(op_id, kind=None):
@@ -102,19 +139,19 @@ def _events(op_id, kind=None):
     return list(events.order_by("seq"))
 
 
-@pytest.fixture
-def make_setup(live_server):
+@pytest.fixture(params=["sync", "async"])
+def make_setup(live_server, request):
     """Setups whose HTTP clients are closed after the test: an open keep-alive
     connection would keep a live-server thread, and its database connection, alive."""
     made = []
 
     def make(**options):
-        made.append(Setup(live_server, **options))
+        made.append(Setup(live_server, request.param, **options))
         return made[-1]
 
     yield make
     for item in made:
-        item.client.close()
+        item.close()
 
 
 @pytest.fixture
@@ -341,7 +378,14 @@ def test_heartbeat_keeps_the_lease_alive_during_a_long_call(make_setup):
         time.sleep(0.8)
         return Succeeded(downstream_id="re_slow")
 
-    result = setup.execute("refund", slow)
+    async def slow_async(ctx):
+        # On the loop: the heartbeat task beats while this one awaits.
+        await asyncio.sleep(2.6)
+        sweeps.append(await _off_loop(lambda: services.sweep().leases_expired))
+        await asyncio.sleep(0.8)
+        return Succeeded(downstream_id="re_slow")
+
+    result = setup.execute("refund", slow if setup.flavor == "sync" else slow_async)
     op = Operation.objects.get(runner=setup.api.runner)
     assert sweeps == [0]
     assert result.status == "succeeded"
@@ -629,3 +673,104 @@ def test_a_claim_answered_too_late_is_not_used_for_the_call(make_setup):
     first = op.attempt_set.get(number=1)
     assert (first.status, first.outcome_code) == ("failed", "not_sent")
     assert "lease" in first.outcome["detail"]
+
+
+# --- AsyncRunner only: many calls on one loop, and cancellation ----------------------------
+
+
+@pytest.fixture
+def async_setup(live_server):
+    made = Setup(live_server, "async", lease_s=2, wait_s=15)
+    yield made
+    made.close()
+
+
+def test_concurrent_executes_of_one_operation_key_call_the_tool_once(async_setup):
+    setup = async_setup
+    setup.tool("refund")
+    calls = []
+    seen = {}
+
+    async def refund(ctx):
+        calls.append(ctx.idempotency_key)
+        seen["threads"] = [t.name for t in threading.enumerate() if t.name.startswith("heart")]
+        seen["heartbeats"] = [
+            task.get_name()
+            for task in asyncio.all_tasks()
+            if task.get_name().startswith("heartbeat-")
+        ]
+        await asyncio.sleep(0.5)
+        return Succeeded(result={"refund": "re_1"}, downstream_id="re_1")
+
+    async def many():
+        return await asyncio.gather(
+            *(
+                setup.runner.execute(
+                    run=setup.run,
+                    tool="refund",
+                    operation_key="order-1:refund",
+                    arguments=ARGS,
+                    call=refund,
+                )
+                for _ in range(8)
+            )
+        )
+
+    results = setup.loop.run(many())
+    op = Operation.objects.get(runner=setup.api.runner)
+    assert calls == [op.idempotency_key]
+    assert [result.status for result in results] == ["succeeded"] * 8
+    assert {result.envelope["logical_operation_id"] for result in results} == {op.id}
+    assert sorted(len(result.attempts) for result in results) == [0] * 7 + [1]
+    assert list(op.attempt_set.values_list("number", "status")) == [(1, "succeeded")]
+    assert len(_events(op.id, "outcome")) == 1
+    # The heartbeat is a task on the loop, not a thread (the live server's threads that
+    # serve the eight connections make a count of threads meaningless here).
+    assert seen["threads"] == []
+    assert seen["heartbeats"] == [f"heartbeat-{op.id}-1"]
+
+
+def test_a_cancellation_during_the_call_posts_nothing_and_the_lease_expires(async_setup):
+    setup = async_setup
+    setup.tool("refund")
+    sent = []
+
+    async def scenario():
+        started = asyncio.Event()
+
+        async def hangs(ctx):
+            sent.append(ctx.idempotency_key)
+            started.set()
+            await asyncio.Event().wait()  # the provider never answers
+
+        task = asyncio.ensure_future(
+            setup.runner.execute(
+                run=setup.run,
+                tool="refund",
+                operation_key="order-1:refund",
+                arguments=ARGS,
+                call=hangs,
+            )
+        )
+        await started.wait()
+        await asyncio.sleep(0.9)  # long enough for a heartbeat (every 2/3 s)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        # What the loop still runs for the runner: nothing (the heartbeat was cancelled).
+        await asyncio.sleep(0)
+        return [t.get_name() for t in asyncio.all_tasks() if t.get_name().startswith("heart")]
+
+    left = setup.loop.run(scenario())
+    assert left == []
+    op = Operation.objects.get(runner=setup.api.runner)
+    assert sent == [op.idempotency_key]
+    beats = op.attempt_set.get().heartbeats
+    assert beats >= 1
+    time.sleep(2.3)  # past the lease, had it been extended once more
+    assert op.attempt_set.get().heartbeats == beats  # the heartbeat was cancelled with it
+    assert not _events(op.id, "outcome")
+    assert services.sweep().leases_expired == 1
+    op.refresh_from_db()
+    assert (op.status, op.error_code) == ("outcome_unknown", "lease_expired")
+    assert op.attempt_set.get().status == "lease_expired"

@@ -8,15 +8,17 @@ a test needs it."""
 
 import asyncio
 import json
+import threading
 
 import pytest
 from django.db import connections
 from guardian.shortcuts import assign_perm
 
-from effectgate_client import EffectgateClient, Runner
+from effectgate_client import AsyncEffectgateClient, AsyncRunner, EffectgateClient, Runner
 from operations import services
 from operations.models import Operation, Tool
 from tests.approvals.conftest import person
+from tests.client.support import LoopThread
 from tests.conftest import contract, make_runner
 from tests.support.event_loop import run_in_thread
 
@@ -34,7 +36,7 @@ def world(live_server):
     connections.close_all()
 
 
-def _graph(client, *, approval=None, refunds=None, calls=None, budgets=None):
+def _graph(client, *, approval=None, refunds=None, calls=None, budgets=None, runner=None):
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage
     from langchain_core.tools import tool
@@ -46,13 +48,23 @@ def _graph(client, *, approval=None, refunds=None, calls=None, budgets=None):
 
     refunds = refunds if refunds is not None else []
 
-    @tool
-    def send_refund(payment_id: str, amount_cents: int) -> str:
-        """Refund a payment."""
-        refunds.append((payment_id, current_attempt().idempotency_key))
-        return f"refunded {amount_cents} on {payment_id}"
+    if isinstance(runner, AsyncRunner):
+        # An async tool, awaited on the graph's loop; it notes the thread it runs in.
+        @tool
+        async def send_refund(payment_id: str, amount_cents: int) -> str:
+            """Refund a payment."""
+            refunds.append((payment_id, current_attempt().idempotency_key, threading.get_ident()))
+            return f"refunded {amount_cents} on {payment_id}"
 
-    runner = Runner(client, lease_s=10)
+    else:
+
+        @tool
+        def send_refund(payment_id: str, amount_cents: int) -> str:
+            """Refund a payment."""
+            refunds.append((payment_id, current_attempt().idempotency_key))
+            return f"refunded {amount_cents} on {payment_id}"
+
+    runner = runner or Runner(client, lease_s=10)
     run = client.create_run(principal="user:alice", budgets=budgets)["id"]
     guarded = guard(
         send_refund,
@@ -227,3 +239,40 @@ def test_without_a_call_id_500_then_500_0_is_one_operation_and_one_refund(world)
     assert first["logical_operation_id"] == second["logical_operation_id"] == operation.id
     assert operation.attempts == 1
     assert refunds == [("pay_1", 500)]
+
+
+def test_an_async_graph_on_an_async_runner_interrupts_resumes_and_never_hops(world, monkeypatch):
+    from langgraph.types import Command
+
+    from effectgate_client.integrations.langgraph import GuardedTool
+
+    def hop(*args, **kwargs):
+        raise AssertionError("the guarded call left the loop")
+
+    monkeypatch.setattr(asyncio, "to_thread", hop)
+    monkeypatch.setattr(asyncio, "run_coroutine_threadsafe", hop)
+    monkeypatch.setattr(GuardedTool, "_run", hop)  # the synchronous path
+    loop = LoopThread()
+    async_client = AsyncEffectgateClient.like(world)
+    try:
+        runner = AsyncRunner(async_client, lease_s=10)
+        graph, refunds = _graph(world, approval={"mode": "always"}, runner=runner)
+        state = loop.run(graph.ainvoke({"messages": [("user", "refund order 551")]}, CONFIG))
+        [pending] = state["__interrupt__"]
+        op = Operation.objects.get(operation_key="send_refund:call_1")
+        assert pending.value["operation"] == op.id
+        assert refunds == []
+
+        request = op.approval_requests.get(status="pending")
+        approver = person()
+        assign_perm("operations.decide_tool", approver, Tool.objects.get(pk="send_refund"))
+        services.approval_decide(request_id=request.id, user=approver, approve=True, comment="ok")
+        state = loop.run(graph.ainvoke(Command(resume="decided"), CONFIG))
+        assert "__interrupt__" not in state
+        assert _seen(state)["status"] == "succeeded"
+        op.refresh_from_db()
+        assert (op.status, op.call_id) == ("succeeded", "call_1")
+        assert refunds == [("pay_1", op.idempotency_key, loop.thread.ident)]
+    finally:
+        loop.run(async_client.aclose())
+        loop.close()

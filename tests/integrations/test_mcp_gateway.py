@@ -1131,3 +1131,67 @@ def test_unlisted_tools_are_exposed_only_with_a_default_effect_class(
     assert Tool.objects.get(pk="lookup_payment").active_version.contract["effect_class"] == (
         "read_only"
     )
+
+
+# --- the gateway's calls run on its event loop ------------------------------------------------
+
+
+def test_a_call_runs_on_the_gateways_loop_with_no_thread_hop(
+    mcp_config, mcp_effectgate, mcp_ledger, monkeypatch
+):
+    # The gateway in this process, over an in-memory MCP connection, with every way of
+    # hopping to a thread made to fail: the registration, the run, the claim, the
+    # upstream call, the heartbeat and the outcome all happen on the loop.
+    import asyncio
+
+    import anyio.from_thread
+    from mcp.client._memory import InMemoryTransport
+
+    from effectgate_client import AsyncEffectgateClient, AsyncRunner
+    from effectgate_client.integrations._mcp_config import load
+    from effectgate_client.integrations.mcp_gateway import Gateway
+
+    config = load(mcp_config())
+
+    def hop(*args, **kwargs):
+        raise AssertionError("the gateway hopped to a thread")
+
+    for module, name in (
+        (asyncio, "to_thread"),
+        (asyncio, "run_coroutine_threadsafe"),
+        (anyio.to_thread, "run_sync"),
+        (anyio.from_thread, "run"),
+        (anyio.from_thread, "run_sync"),
+    ):
+        monkeypatch.setattr(module, name, hop)
+    upstream_calls = []
+    call_upstream = Gateway._call_upstream
+
+    async def recording(self, route, captured, ctx):
+        heartbeats = [t.name for t in threading.enumerate() if t.name.startswith("heartbeat-")]
+        upstream_calls.append((threading.get_ident(), heartbeats))
+        return await call_upstream(self, route, captured, ctx)
+
+    monkeypatch.setattr(Gateway, "_call_upstream", recording)
+
+    async def scenario():
+        async with AsyncEffectgateClient(config.url, mcp_effectgate.token) as client:
+            runner = AsyncRunner(client, lease_s=config.lease_s, wait_s=config.approval_wait_s)
+            gateway = Gateway(config, client, runner)
+            async with anyio.create_task_group() as task_group:
+                await gateway.start(task_group)
+                async with session_over(InMemoryTransport(gateway.server())) as session:
+                    result = await session.call_tool(
+                        "send_refund", {"payment_id": "pay_1", "amount_cents": 300}
+                    )
+                for link in gateway.links:
+                    await link.close()
+                task_group.cancel_scope.cancel()
+        return threading.get_ident(), result
+
+    loop_thread, result = run_in_thread(anyio.run, scenario)
+    assert envelope_of(result)["status"] == "succeeded"
+    assert upstream_calls == [(loop_thread, [])]
+    operation = Operation.objects.get()
+    assert (operation.status, operation.attempts) == ("succeeded", 1)
+    assert mcp_ledger.effects == 1

@@ -15,7 +15,7 @@ import pytest
 from django.db import connections
 from guardian.shortcuts import assign_perm
 
-from effectgate_client import EffectgateClient, Failed, Runner
+from effectgate_client import AsyncEffectgateClient, AsyncRunner, EffectgateClient, Failed, Runner
 from operations import services
 from operations.models import Operation, Tool
 from tests.approvals.conftest import person
@@ -251,9 +251,12 @@ def test_an_outcome_that_cannot_be_recorded_is_unknown_to_the_model(live_server)
     # Every answer to the outcome post is lost: the refund happened, Effectgate may not
     # know it yet. The model must not be told the call "was not made".
     transport = LosingTransport(lose={r"POST /api/v1/operations/[^/]+/attempts/1/outcome": 50})
-    client = EffectgateClient(live_server.url, api.token, transport=transport, backoff_base_s=0.01)
+    client = EffectgateClient(live_server.url, api.token)
     provider = Provider()
-    runner = Runner(client, lease_s=10)
+    runner = AsyncRunner(
+        AsyncEffectgateClient(live_server.url, api.token, transport=transport, backoff_base_s=0.01),
+        lease_s=10,
+    )
     run = client.create_run(principal="user:alice")["id"]
     agent, model = _agent(provider, runner, run)
     _run(agent)
@@ -279,3 +282,69 @@ def test_the_sdks_timeout_is_not_kept(world):
     guarded = guard(slow, runner=Runner(client), run="run_unused")
     assert slow.timeout_seconds == 5
     assert guarded.timeout_seconds is None
+
+
+def test_an_async_guarded_call_runs_on_the_agents_loop_with_no_thread_hop(world, monkeypatch):
+    from agents import Agent, function_tool
+    from agents import Runner as AgentRunner
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    from effectgate_client.integrations.openai_agents import current_attempt, guard
+
+    api, client = world
+
+    def hop(*args, **kwargs):
+        raise AssertionError("the guarded call hopped to a thread")
+
+    monkeypatch.setattr(asyncio, "to_thread", hop)
+    monkeypatch.setattr(asyncio, "run_coroutine_threadsafe", hop)
+    seen = []
+
+    @function_tool(failure_error_function=None)
+    async def send_refund(payment_id: str, amount_cents: int) -> str:
+        """Refund a payment."""
+        heartbeats = [t.name for t in threading.enumerate() if t.name.startswith("heartbeat-")]
+        seen.append((threading.get_ident(), heartbeats, current_attempt().idempotency_key))
+        return f"refunded {amount_cents} on {payment_id}"
+
+    async def main():
+        async with AsyncEffectgateClient(client.base_url, api.token) as async_client:
+            runner = AsyncRunner(async_client, lease_s=10)
+            body = contract("irreversible", approval={"mode": "never"})
+            guarded = guard(send_refund, runner=runner, run=run, contract=body)
+            model = ScriptedModel(
+                [[function_call("send_refund", ARGS, call_id="call_1")], [assistant_message("ok")]]
+            )
+            agent = Agent(name="support", tools=[guarded], model=model)
+            await AgentRunner.run(agent, "refund order 551")
+            return threading.get_ident(), model
+
+    run = client.create_run(principal="user:alice")["id"]
+    loop_thread, model = run_in_thread(asyncio.run, main())
+    op = Operation.objects.get(operation_key="send_refund:call_1")
+    assert seen == [(loop_thread, [], op.idempotency_key)]
+    assert _seen(model)["status"] == "succeeded"
+    assert op.status == "succeeded"
+    assert current_attempt() is None  # the attempt's context did not leak out
+
+
+def test_a_guard_made_with_a_runner_serves_one_loop_after_another(world):
+    _, client = world
+    provider = Provider()
+    runner = Runner(client, lease_s=10)
+    run = client.create_run(principal="user:alice")["id"]
+    agent, _model = _agent(provider, runner, run)
+    _run(agent)
+    # The same guarded tool in a second asyncio.run (a new loop): a second mirror,
+    # whose connections belong to that loop.
+    from agents.testing import ScriptedModel, assistant_message, function_call
+
+    agent.model = ScriptedModel(
+        [
+            [function_call("send_refund", {**ARGS, "payment_id": "pay_2"}, call_id="call_2")],
+            [assistant_message("done")],
+        ]
+    )
+    _run(agent)
+    assert _seen(agent.model, "call_2")["status"] == "succeeded"
+    assert [payment for payment, _ in provider.refunds] == ["pay_1", "pay_2"]

@@ -1,17 +1,20 @@
 """What the framework adapters share: the attempt a guarded tool runs for, the
-envelope a model reads, and contract registration."""
+envelope a model reads, contract registration, and the ``AsyncRunner`` an async
+adapter runs on."""
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import hashlib
 import json
+import weakref
 from typing import Any
 
 import rfc8785
 
 from ..errors import EffectgateError, ProblemError, TransportError
-from ..runner import AttemptContext, Runner, ToolCallResult
+from ..runner import AsyncRunner, AttemptContext, Runner, ToolCallResult
 
 _ATTEMPT: contextvars.ContextVar[AttemptContext | None] = contextvars.ContextVar(
     "effectgate_attempt", default=None
@@ -31,6 +34,58 @@ def register_contract(runner: Runner, name: str, contract: dict[str, Any] | None
     if contract is None:
         return
     runner.client.put_tool(name, contract, inactive="warn")
+
+
+class OnLoop:
+    """The ``AsyncRunner`` an async adapter uses on the running event loop.
+
+    Given an ``AsyncRunner``, that one (made for the loop it runs on). Given a
+    ``Runner``, an ``AsyncRunner.like`` it per event loop, since an async client's
+    connections belong to the loop that opened them (a program may ``asyncio.run``
+    its agent more than once). Either way the call runs on the loop: no thread.
+
+    A contract that could not be registered when the adapter was made (an
+    ``AsyncRunner`` needs its loop) is registered before the first call.
+    """
+
+    def __init__(
+        self,
+        runner: Runner | AsyncRunner,
+        name: str,
+        contract: dict[str, Any] | None,
+        *,
+        mirror_now: bool = True,
+    ) -> None:
+        self.runner = runner
+        self.name = name
+        self._contract = contract
+        self._mirrors: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncRunner] = (
+            weakref.WeakKeyDictionary()
+        )
+        # The first loop's mirror, made now unless the adapter also runs synchronously:
+        # a Runner that cannot be mirrored (a transport or a waiter of its own) is
+        # refused here, not at the first call.
+        self._unused: AsyncRunner | None = None
+        if isinstance(runner, Runner):
+            if mirror_now:
+                self._unused = AsyncRunner.like(runner)
+            register_contract(runner, name, contract)
+            self._contract = None
+
+    async def get(self) -> AsyncRunner:
+        if isinstance(self.runner, AsyncRunner):
+            runner = self.runner
+        else:
+            loop = asyncio.get_running_loop()
+            mirrored = self._mirrors.get(loop)
+            if mirrored is None:
+                mirrored, self._unused = self._unused or AsyncRunner.like(self.runner), None
+                self._mirrors[loop] = mirrored
+            runner = mirrored
+        if self._contract is not None:
+            contract, self._contract = self._contract, None
+            await runner.client.put_tool(self.name, contract, inactive="warn")
+        return runner
 
 
 def derived_key(*parts: Any) -> str:

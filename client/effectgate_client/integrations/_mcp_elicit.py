@@ -21,11 +21,10 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import anyio
-import anyio.from_thread
 
 if TYPE_CHECKING:
-    from ..client import EffectgateClient
-    from ..waiters import Waiter
+    from ..client import AsyncEffectgateClient
+    from ..waiters import AsyncWaiter
 
 logger = logging.getLogger("effectgate_client.mcp_gateway")
 
@@ -59,8 +58,8 @@ def _duration(seconds: float) -> str:
 
 
 class ApprovalPrompt:
-    """One call's elicitation. Built on the event loop; ``pending`` and ``decided`` are
-    called from the worker thread the call runs in (through ``PromptingWaiter``).
+    """One call's elicitation; ``pending`` and ``decided`` are called while the call
+    waits (through ``PromptingWaiter``), on the event loop the call runs on.
 
     At most one ``elicitation/create`` per call, sent without waiting for the client's
     answer: the wait for the decision goes on while the client's user reads the prompt.
@@ -94,8 +93,6 @@ class ApprovalPrompt:
             f"call waits up to {_duration(self.wait_s)} for the decision, then answers."
         )
 
-    # --- from the worker thread ---------------------------------------------------------
-
     def pending(self, operation: dict[str, Any]) -> None:
         """The call starts waiting for a person: ask the client to open the page."""
         if self.elicitation_id is not None:
@@ -105,23 +102,19 @@ class ApprovalPrompt:
             return
         self.elicitation_id = uuid.uuid4().hex
         try:
-            anyio.from_thread.run_sync(
-                self.task_group.start_soon, self._elicit, url, self.elicitation_id
-            )
+            self.task_group.start_soon(self._elicit, url, self.elicitation_id)
         except Exception as exc:  # the prompt is a courtesy: the call waits without it
             logger.warning("could not ask the client to open %s: %s", url, exc)
 
-    def decided(self, operation: dict[str, Any]) -> None:
+    async def decided(self, operation: dict[str, Any]) -> None:
         """The request was decided (or the operation left it otherwise): say so."""
         if self.elicitation_id is None or self.completed:
             return
         self.completed = True
         try:
-            anyio.from_thread.run(self._complete, self.elicitation_id)
+            await self._complete(self.elicitation_id)
         except Exception as exc:
             logger.warning("could not tell the client the approval was decided: %s", exc)
-
-    # --- on the event loop ----------------------------------------------------------------
 
     async def _elicit(self, url: str, elicitation_id: str) -> None:
         logger.info("asking the client to open %s (call to %s)", url, self.tool)
@@ -144,20 +137,25 @@ class ApprovalPrompt:
 
 
 class PromptingWaiter:
-    """``Runner.execute``'s waiter for one call: the runner's own waiter, with the
+    """``AsyncRunner.execute``'s waiter for one call: the runner's own waiter, with the
     prompt told when a wait for a person starts and when it ends with a decision."""
 
-    def __init__(self, base: Waiter, prompt: ApprovalPrompt) -> None:
+    def __init__(self, base: AsyncWaiter, prompt: ApprovalPrompt) -> None:
         self.base = base
         self.prompt = prompt
 
-    def wait(
-        self, client: EffectgateClient, operation: dict[str, Any], *, status: str, deadline: float
+    async def wait(
+        self,
+        client: AsyncEffectgateClient,
+        operation: dict[str, Any],
+        *,
+        status: str,
+        deadline: float,
     ) -> dict[str, Any]:
         if status != AWAITING_APPROVAL:
-            return self.base.wait(client, operation, status=status, deadline=deadline)
+            return await self.base.wait(client, operation, status=status, deadline=deadline)
         self.prompt.pending(operation)
-        operation = self.base.wait(client, operation, status=status, deadline=deadline)
+        operation = await self.base.wait(client, operation, status=status, deadline=deadline)
         if operation["status"] != AWAITING_APPROVAL:
-            self.prompt.decided(operation)
+            await self.prompt.decided(operation)
         return operation

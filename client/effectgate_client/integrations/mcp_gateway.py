@@ -5,7 +5,8 @@ streamable HTTP), exposes the tools its configuration lists under the upstreams'
 names, and runs each call with ``Runner.execute``: register the operation, wait for a
 person's approval when the contract asks for one, claim an attempt, call the upstream
 with the attempt's idempotency key, post what happened, and answer the model with
-Effectgate's envelope. Start it with::
+Effectgate's envelope. Every call runs on the server's event loop (``AsyncRunner``
+over ``AsyncEffectgateClient``), never in a worker thread. Start it with::
 
     EFFECTGATE_TOKEN=egr_... effectgate-mcp --config gateway.toml            # stdio
     EFFECTGATE_TOKEN=egr_... effectgate-mcp --config gateway.toml --http 127.0.0.1:8765
@@ -126,10 +127,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-import anyio.from_thread
-import anyio.to_thread
 
-from ..client import EffectgateClient
+from ..client import AsyncEffectgateClient
 from ..errors import (
     ContractNotActive,
     EffectgateError,
@@ -138,8 +137,8 @@ from ..errors import (
     ProblemError,
 )
 from ..outcomes import NotSent, Succeeded
-from ..runner import AttemptContext, Runner
-from ..waiters import PollingWaiter
+from ..runner import AsyncRunner, AttemptContext
+from ..waiters import AsyncPollingWaiter
 from ._common import derived_key, refusal_envelope
 from ._mcp_config import ConfigError, GatewayConfig, load
 from ._mcp_elicit import ApprovalPrompt, PromptingWaiter, approval_url, opens_urls
@@ -223,14 +222,16 @@ class _Captured:
 class Gateway:
     """The MCP server's handlers, the routes to the upstreams and the Effectgate runner."""
 
-    def __init__(self, config: GatewayConfig, client: EffectgateClient, runner: Runner) -> None:
+    def __init__(
+        self, config: GatewayConfig, client: AsyncEffectgateClient, runner: AsyncRunner
+    ) -> None:
         self.config = config
         self.client = client
         self.runner = runner
         self.links: list[UpstreamLink] = []
         self.routes: dict[str, Route] = {}
         self._runs: dict[str, str] = {}
-        self._runs_lock = threading.Lock()
+        self._runs_lock = anyio.Lock()
 
     # --- start-up -----------------------------------------------------------------------
 
@@ -250,7 +251,7 @@ class Gateway:
             self.links.append(link)
             self._route(link, tools)
         for route in self.routes.values():
-            await anyio.to_thread.run_sync(self._register, route)
+            await self._register(route)
         if not self.routes:
             logger.warning("no tool is exposed: list tools under [upstream.tools]")
 
@@ -285,9 +286,9 @@ class Gateway:
                 contract["description"] = tool.description[:2000]
             self.routes[tool.name] = Route(tool.name, link, tool, contract)
 
-    def _register(self, route: Route) -> None:
+    async def _register(self, route: Route) -> None:
         try:
-            answer = self.client.put_tool(route.name, route.contract)
+            answer = await self.client.put_tool(route.name, route.contract)
         except ContractNotActive as exc:
             # Stored, not active: the gateway still starts, and says so loudly.
             logger.warning("%s", exc)
@@ -373,9 +374,7 @@ class Gateway:
                 None,
             )
         if self.config.approval_wait_s <= 0 or not opens_urls(ctx.session):
-            return await anyio.to_thread.run_sync(
-                functools.partial(self._execute, route, principal, key, arguments)
-            )
+            return await self._execute(route, principal, key, arguments)
         async with anyio.create_task_group() as task_group:
             prompt = ApprovalPrompt(
                 session=ctx.session,
@@ -385,38 +384,37 @@ class Gateway:
                 tool=route.name,
                 wait_s=self.config.approval_wait_s,
             )
-            result = await anyio.to_thread.run_sync(
-                functools.partial(self._execute, route, principal, key, arguments, prompt)
-            )
+            result = await self._execute(route, principal, key, arguments, prompt)
             # An elicitation the client has not answered yet is withdrawn (the SDK sends
             # notifications/cancelled for it): the call it was about has its answer.
             task_group.cancel_scope.cancel()
         return result
 
-    # --- one call, in a worker thread ------------------------------------------------------
+    # --- one call ------------------------------------------------------------------------
 
-    def _run_for(self, principal: str) -> str:
-        with self._runs_lock:
+    async def _run_for(self, principal: str) -> str:
+        async with self._runs_lock:
             run = self._runs.get(principal)
             if run is None:
-                run = self.client.create_run(
+                answer = await self.client.create_run(
                     principal=principal, budgets=self.config.budgets or None
-                )["id"]
-                self._runs[principal] = run
+                )
+                run = self._runs[principal] = answer["id"]
             return run
 
-    def _call_upstream(self, route: Route, captured: _Captured, ctx: AttemptContext) -> Succeeded:
-        """The tool function of ``Runner.execute``: runs in the worker thread and makes
-        the upstream call on the event loop."""
+    async def _call_upstream(
+        self, route: Route, captured: _Captured, ctx: AttemptContext
+    ) -> Succeeded:
+        """The tool function of ``AsyncRunner.execute``: the upstream call."""
         meta = {IDEMPOTENCY_KEY_META: ctx.idempotency_key, OPERATION_ID_META: ctx.operation_id}
         captured.called = True
-        result = anyio.from_thread.run(route.link.call, route.tool.name, ctx.arguments, meta)
+        result = await route.link.call(route.tool.name, ctx.arguments, meta)
         if result.is_error:
             raise _upstream_failure(result)
         captured.result = result
         return Succeeded(result=_stored_result(result))
 
-    def _execute(
+    async def _execute(
         self,
         route: Route,
         principal: str,
@@ -426,15 +424,19 @@ class Gateway:
     ) -> types.CallToolResult:
         captured = _Captured()
         try:
-            run = self._run_for(principal)
-            outcome = self.runner.execute(
-                run=run,
-                tool=route.name,
-                operation_key=key,
-                arguments=arguments,
-                call=functools.partial(self._call_upstream, route, captured),
-                waiter=PromptingWaiter(self.runner.waiter, prompt) if prompt else None,
-            )
+            # A call, once started, is taken to its recorded outcome even if the client
+            # cancels its request (or goes away): cancelled in the middle, the upstream
+            # call would be left for its lease to expire into an unknown outcome.
+            with anyio.CancelScope(shield=True):
+                run = await self._run_for(principal)
+                outcome = await self.runner.execute(
+                    run=run,
+                    tool=route.name,
+                    operation_key=key,
+                    arguments=arguments,
+                    call=functools.partial(self._call_upstream, route, captured),
+                    waiter=PromptingWaiter(self.runner.waiter, prompt) if prompt else None,
+                )
         except OutcomeNotRecorded as exc:
             logger.error(
                 "the outcome of %s attempt %d could not be posted (%s); its lease will expire "
@@ -561,15 +563,15 @@ async def serve(
     token: str,
     listen: tuple[str, int] | None = None,
     *,
-    client_factory: Callable[..., EffectgateClient] = EffectgateClient,
+    client_factory: Callable[..., AsyncEffectgateClient] = AsyncEffectgateClient,
 ) -> None:
     """Start the gateway and serve until the client goes away (stdio) or a signal."""
     client = client_factory(config.url, token, user_agent=f"effectgate-mcp/{VERSION}")
-    runner = Runner(
+    runner = AsyncRunner(
         client,
         lease_s=config.lease_s,
         wait_s=config.approval_wait_s,
-        waiter=PollingWaiter(initial_s=0.25, max_s=2.0),
+        waiter=AsyncPollingWaiter(initial_s=0.25, max_s=2.0),
     )
     gateway = Gateway(config, client, runner)
     failure: StartupError | None = None
@@ -589,7 +591,7 @@ async def serve(
                 await link.close()
             task_group.cancel_scope.cancel()
     finally:
-        client.close()
+        await client.aclose()
     if failure is not None:
         raise failure
 
