@@ -41,6 +41,21 @@ from urllib.parse import quote
 import httpx
 
 from ._plan import Plan, adrive, drive
+from ._version import __version__
+from .answers import (
+    ApprovalDetail,
+    Attempt,
+    Budgets,
+    Event,
+    Heartbeat,
+    Operation,
+    OutcomeAnswer,
+    OutcomeBody,
+    RegisteredOperation,
+    Run,
+    Tool,
+    ToolResult,
+)
 from .errors import (
     ContractNotActive,
     ContractNotActiveWarning,
@@ -108,7 +123,7 @@ class RegisterFields(TypedDict):
 
 
 def _run_body(
-    principal: str, external_id: str | None, budgets: dict[str, Any] | None
+    principal: str, external_id: str | None, budgets: Budgets | dict[str, Any] | None
 ) -> dict[str, Any]:
     body: dict[str, Any] = {"principal": principal}
     if external_id is not None:
@@ -172,7 +187,7 @@ class _ClientCore:
         max_retries: int = 6,
         backoff_base_s: float = 0.05,
         backoff_max_s: float = 2.0,
-        user_agent: str = "effectgate-client/0.1",
+        user_agent: str = f"effectgate-client/{__version__}",
     ) -> None:
         self.base_url = base_url.rstrip("/")
         # What ``AsyncEffectgateClient.like`` needs to make a client with these settings.
@@ -253,7 +268,7 @@ class _ClientCore:
 
     def _put_tool_plan(
         self, name: str, contract: dict[str, Any], inactive: Literal["raise", "warn"]
-    ) -> Plan[dict[str, Any]]:
+    ) -> Plan[Tool]:
         if inactive not in ("raise", "warn"):
             raise ValueError(f"inactive must be 'raise' or 'warn', not {inactive!r}")
         answer = yield from self._request_plan("PUT", f"/tools/{_segment(name)}", json=contract)
@@ -263,20 +278,20 @@ class _ClientCore:
             warnings.warn(inactive_contract_message(answer), ContractNotActiveWarning, stacklevel=5)
         return answer
 
-    def _get_operation_plan(self, operation_id: str) -> Plan[dict[str, Any]]:
+    def _get_operation_plan(self, operation_id: str) -> Plan[Operation]:
         return (yield from self._request_plan("GET", f"/operations/{_segment(operation_id)}"))
 
-    def _register_plan(self, fields: RegisterFields) -> Plan[dict[str, Any]]:
+    def _register_plan(self, fields: RegisterFields) -> Plan[RegisteredOperation]:
         body = _register_body(fields)
         return (yield from self._request_plan("POST", "/operations", json=body))
 
-    def _claim_plan(self, operation_id: str, lease_s: int) -> Plan[dict[str, Any]]:
+    def _claim_plan(self, operation_id: str, lease_s: int) -> Plan[Attempt]:
         path = f"/operations/{_segment(operation_id)}/attempts"
         return (yield from self._request_plan("POST", path, json={"lease_s": lease_s}))
 
     def _heartbeat_plan(
         self, operation_id: str, attempt: int, lease_s: int, max_retries: int | None
-    ) -> Plan[dict[str, Any]]:
+    ) -> Plan[Heartbeat]:
         path = f"/operations/{_segment(operation_id)}/attempts/{int(attempt)}/heartbeat"
         return (
             yield from self._request_plan(
@@ -285,12 +300,12 @@ class _ClientCore:
         )
 
     def _post_outcome_plan(
-        self, operation_id: str, attempt: int, outcome: dict[str, Any]
-    ) -> Plan[dict[str, Any]]:
+        self, operation_id: str, attempt: int, outcome: OutcomeBody | dict[str, Any]
+    ) -> Plan[OutcomeAnswer]:
         path = f"/operations/{_segment(operation_id)}/attempts/{int(attempt)}/outcome"
         return (yield from self._request_plan("POST", path, json=outcome))
 
-    def _tool_result_plan(self, operation_id: str) -> Plan[dict[str, Any]]:
+    def _tool_result_plan(self, operation_id: str) -> Plan[ToolResult]:
         path = f"/operations/{_segment(operation_id)}/tool-result"
         return (yield from self._request_plan("GET", path))
 
@@ -300,7 +315,7 @@ class _ClientCore:
         result: str,
         downstream_id: str | None,
         evidence: dict[str, Any] | None,
-    ) -> Plan[dict[str, Any]]:
+    ) -> Plan[Operation]:
         body = _evidence_body(result, evidence, downstream_id=downstream_id)
         path = f"/operations/{_segment(operation_id)}/reconciliations"
         try:
@@ -312,7 +327,7 @@ class _ClientCore:
 
     def _compensate_plan(
         self, operation_id: str, result: str, evidence: dict[str, Any] | None
-    ) -> Plan[dict[str, Any]]:
+    ) -> Plan[Operation]:
         body = _evidence_body(result, evidence)
         path = f"/operations/{_segment(operation_id)}/compensations"
         try:
@@ -390,7 +405,7 @@ class EffectgateClient(_ClientCore):
 
     def put_tool(
         self, name: str, contract: dict[str, Any], *, inactive: Literal["raise", "warn"] = "raise"
-    ) -> dict[str, Any]:
+    ) -> Tool:
         """Register a contract (``PUT /tools/{name}``) and return the answer.
 
         A version Effectgate stores but does not activate (``active: false``: it weakens
@@ -400,7 +415,7 @@ class EffectgateClient(_ClientCore):
         """
         return self._run(self._put_tool_plan(name, contract, inactive))
 
-    def get_tool(self, name: str) -> dict[str, Any]:
+    def get_tool(self, name: str) -> Tool:
         return self.request("GET", f"/tools/{_segment(name)}")
 
     def create_run(
@@ -408,19 +423,19 @@ class EffectgateClient(_ClientCore):
         *,
         principal: str,
         external_id: str | None = None,
-        budgets: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+        budgets: Budgets | dict[str, Any] | None = None,
+    ) -> Run:
         return self.request("POST", "/runs", json=_run_body(principal, external_id, budgets))
 
-    def get_run(self, run_id: str) -> dict[str, Any]:
+    def get_run(self, run_id: str) -> Run:
         return self.request("GET", f"/runs/{_segment(run_id)}")
 
-    def cancel_run(self, run_id: str) -> dict[str, Any]:
+    def cancel_run(self, run_id: str) -> Run:
         return self.request("POST", f"/runs/{_segment(run_id)}/cancel")
 
     # --- operations -----------------------------------------------------------------------
 
-    def register(self, **fields: Unpack[RegisterFields]) -> dict[str, Any]:
+    def register(self, **fields: Unpack[RegisterFields]) -> RegisteredOperation:
         """Register an intended effect, or get back the one registered under the key.
 
         ``run``, ``tool``, ``operation_key`` and ``arguments`` are required; ``call_id``
@@ -431,7 +446,7 @@ class EffectgateClient(_ClientCore):
         """
         return self._run(self._register_plan(fields))
 
-    def get_operation(self, operation_id: str) -> dict[str, Any]:
+    def get_operation(self, operation_id: str) -> Operation:
         return self._run(self._get_operation_plan(operation_id))
 
     def list_operations(
@@ -441,7 +456,7 @@ class EffectgateClient(_ClientCore):
         run: str | None = None,
         tool: str | None = None,
         limit: int = 200,
-    ) -> Iterator[dict[str, Any]]:
+    ) -> Iterator[Operation]:
         """Every matching operation, newest first, following the cursor."""
         path: str | None = "/operations"
         params: dict[str, Any] | None = _list_params(status, run, tool, limit)
@@ -450,30 +465,30 @@ class EffectgateClient(_ClientCore):
             yield from page["results"]
             path, params = _next_page(page), None
 
-    def events(self, operation_id: str) -> list[dict[str, Any]]:
+    def events(self, operation_id: str) -> list[Event]:
         return self.request("GET", f"/operations/{_segment(operation_id)}/events")
 
-    def tool_result(self, operation_id: str) -> dict[str, Any]:
+    def tool_result(self, operation_id: str) -> ToolResult:
         """The envelope to hand back to the model (status, code, message, next actions)."""
         return self._run(self._tool_result_plan(operation_id))
 
-    def get_approval(self, approval_id: str) -> dict[str, Any]:
+    def get_approval(self, approval_id: str) -> ApprovalDetail:
         return self.request("GET", f"/approvals/{_segment(approval_id)}")
 
     # --- attempts -------------------------------------------------------------------------
 
-    def claim(self, operation_id: str, *, lease_s: int = 30) -> dict[str, Any]:
+    def claim(self, operation_id: str, *, lease_s: int = 30) -> Attempt:
         """Claim the next attempt; raises the claim refusal's typed exception."""
         return self._run(self._claim_plan(operation_id, lease_s))
 
     def heartbeat(
         self, operation_id: str, attempt: int, *, lease_s: int = 30, max_retries: int | None = None
-    ) -> dict[str, Any]:
+    ) -> Heartbeat:
         return self._run(self._heartbeat_plan(operation_id, attempt, lease_s, max_retries))
 
     def post_outcome(
-        self, operation_id: str, attempt: int, outcome: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, operation_id: str, attempt: int, outcome: OutcomeBody | dict[str, Any]
+    ) -> OutcomeAnswer:
         """Post an attempt's outcome (``{"kind": "succeeded" | "failed" | "unknown",
         ...}``); the operation after classification. Repeating it is safe."""
         return self._run(self._post_outcome_plan(operation_id, attempt, outcome))
@@ -487,7 +502,7 @@ class EffectgateClient(_ClientCore):
         result: str,
         downstream_id: str | None = None,
         evidence: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Operation:
         """Answer an ``outcome_unknown`` operation: committed, not_found or still_unknown.
 
         When the answer to a ``committed`` or ``not_found`` was lost and the repeat
@@ -498,7 +513,7 @@ class EffectgateClient(_ClientCore):
 
     def compensate(
         self, operation_id: str, *, result: str, evidence: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
+    ) -> Operation:
         """Record the undo of a ``compensating`` operation (``committed`` or ``failed``)."""
         return self._run(self._compensate_plan(operation_id, result, evidence))
 
@@ -572,12 +587,12 @@ class AsyncEffectgateClient(_ClientCore):
 
     async def put_tool(
         self, name: str, contract: dict[str, Any], *, inactive: Literal["raise", "warn"] = "raise"
-    ) -> dict[str, Any]:
+    ) -> Tool:
         """``EffectgateClient.put_tool``: raises ``ContractNotActive`` (or warns with
         ``inactive="warn"``) when the version is stored but not active."""
         return await self._run(self._put_tool_plan(name, contract, inactive))
 
-    async def get_tool(self, name: str) -> dict[str, Any]:
+    async def get_tool(self, name: str) -> Tool:
         return await self.request("GET", f"/tools/{_segment(name)}")
 
     async def create_run(
@@ -585,24 +600,24 @@ class AsyncEffectgateClient(_ClientCore):
         *,
         principal: str,
         external_id: str | None = None,
-        budgets: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+        budgets: Budgets | dict[str, Any] | None = None,
+    ) -> Run:
         body = _run_body(principal, external_id, budgets)
         return await self.request("POST", "/runs", json=body)
 
-    async def get_run(self, run_id: str) -> dict[str, Any]:
+    async def get_run(self, run_id: str) -> Run:
         return await self.request("GET", f"/runs/{_segment(run_id)}")
 
-    async def cancel_run(self, run_id: str) -> dict[str, Any]:
+    async def cancel_run(self, run_id: str) -> Run:
         return await self.request("POST", f"/runs/{_segment(run_id)}/cancel")
 
     # --- operations -----------------------------------------------------------------------
 
-    async def register(self, **fields: Unpack[RegisterFields]) -> dict[str, Any]:
+    async def register(self, **fields: Unpack[RegisterFields]) -> RegisteredOperation:
         """``EffectgateClient.register``, awaited."""
         return await self._run(self._register_plan(fields))
 
-    async def get_operation(self, operation_id: str) -> dict[str, Any]:
+    async def get_operation(self, operation_id: str) -> Operation:
         return await self._run(self._get_operation_plan(operation_id))
 
     async def list_operations(
@@ -612,7 +627,7 @@ class AsyncEffectgateClient(_ClientCore):
         run: str | None = None,
         tool: str | None = None,
         limit: int = 200,
-    ) -> AsyncIterator[dict[str, Any]]:
+    ) -> AsyncIterator[Operation]:
         """Every matching operation, newest first, following the cursor
         (``async for``)."""
         path: str | None = "/operations"
@@ -623,28 +638,28 @@ class AsyncEffectgateClient(_ClientCore):
                 yield operation
             path, params = _next_page(page), None
 
-    async def events(self, operation_id: str) -> list[dict[str, Any]]:
+    async def events(self, operation_id: str) -> list[Event]:
         return await self.request("GET", f"/operations/{_segment(operation_id)}/events")
 
-    async def tool_result(self, operation_id: str) -> dict[str, Any]:
+    async def tool_result(self, operation_id: str) -> ToolResult:
         return await self._run(self._tool_result_plan(operation_id))
 
-    async def get_approval(self, approval_id: str) -> dict[str, Any]:
+    async def get_approval(self, approval_id: str) -> ApprovalDetail:
         return await self.request("GET", f"/approvals/{_segment(approval_id)}")
 
     # --- attempts -------------------------------------------------------------------------
 
-    async def claim(self, operation_id: str, *, lease_s: int = 30) -> dict[str, Any]:
+    async def claim(self, operation_id: str, *, lease_s: int = 30) -> Attempt:
         return await self._run(self._claim_plan(operation_id, lease_s))
 
     async def heartbeat(
         self, operation_id: str, attempt: int, *, lease_s: int = 30, max_retries: int | None = None
-    ) -> dict[str, Any]:
+    ) -> Heartbeat:
         return await self._run(self._heartbeat_plan(operation_id, attempt, lease_s, max_retries))
 
     async def post_outcome(
-        self, operation_id: str, attempt: int, outcome: dict[str, Any]
-    ) -> dict[str, Any]:
+        self, operation_id: str, attempt: int, outcome: OutcomeBody | dict[str, Any]
+    ) -> OutcomeAnswer:
         return await self._run(self._post_outcome_plan(operation_id, attempt, outcome))
 
     # --- reconciliation and compensation -----------------------------------------------------
@@ -656,12 +671,12 @@ class AsyncEffectgateClient(_ClientCore):
         result: str,
         downstream_id: str | None = None,
         evidence: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
+    ) -> Operation:
         """``EffectgateClient.reconcile``: a repeat that finds the operation no longer
         unknown returns the operation as it is now."""
         return await self._run(self._reconcile_plan(operation_id, result, downstream_id, evidence))
 
     async def compensate(
         self, operation_id: str, *, result: str, evidence: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
+    ) -> Operation:
         return await self._run(self._compensate_plan(operation_id, result, evidence))

@@ -39,7 +39,9 @@ class DemoProvider:
         self._ids = itertools.count(1)
         self._httpd = ThreadingHTTPServer((host, port), _handler(self))
         self._httpd.daemon_threads = True
-        self.host, self.port = self._httpd.server_address[:2]
+        bound, self.port = self._httpd.server_address[:2]
+        # An AF_INET server's address is (str, int); bytes only name AF_UNIX sockets.
+        self.host = bound if isinstance(bound, str) else bytes(bound).decode()
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, name="effectgate-demo-provider", daemon=True
         )

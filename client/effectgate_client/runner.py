@@ -46,11 +46,12 @@ import math
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, Unpack
+from typing import Any, TypedDict, Unpack, cast
 
 from ._plan import Plan, adrive, drive, resolved
+from .answers import Attempt, Operation, ToolResult
 from .client import AsyncEffectgateClient, EffectgateClient, _ClientCore
 from .errors import (
     ApprovalRequired,
@@ -121,7 +122,7 @@ def _travels(value: Any, depth: int = 0) -> bool:
     return False
 
 
-def apply_edits(arguments: dict[str, Any], edits: list[dict[str, Any]]) -> dict[str, Any]:
+def apply_edits(arguments: dict[str, Any], edits: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The runner's own arguments with an approver's edits applied (each edit's ``path``
     is a JSON pointer, ``to`` the new value). Applied to the runner's copy, not to the
     stored arguments, because sensitive values are stored as digests; an approver
@@ -165,8 +166,8 @@ class ToolCallResult:
     the operation can still move on (a wait that ran out), else ``None``.
     """
 
-    operation: dict[str, Any]
-    envelope: dict[str, Any]
+    operation: Operation
+    envelope: ToolResult
     output: Any = None
     attempts: list[int] = field(default_factory=list)
     refusal: str | None = None
@@ -212,7 +213,7 @@ class _Await:
     """Effect: ``waiter.wait(client, operation, status=..., deadline=...)``."""
 
     waiter: Any
-    operation: dict[str, Any]
+    operation: Operation
     status: str
     deadline: float
 
@@ -293,7 +294,7 @@ class _RunnerCore:
         # The lease runs from the server's clock at the claim, which is no earlier than
         # when the claim left here: measured from that moment, it cannot be overstated.
         claim_sent = self.clock()
-        op = yield from client._register_plan(
+        registered = yield from client._register_plan(
             {
                 "run": run,
                 "tool": tool,
@@ -305,9 +306,11 @@ class _RunnerCore:
                 "claim_lease_s": self.lease_s,
             }
         )
-        attempt = op.pop("attempt", None)
-        op.pop("claim_error", None)  # the claim below meets the same refusal, typed
-        result = ToolCallResult(operation=op, envelope={})
+        attempt: Attempt | None = registered.pop("attempt", None)
+        registered.pop("claim_error", None)  # the claim below meets the same refusal, typed
+        op: Operation = registered
+        # The envelope is read once the loop below ends, before the result is returned.
+        result = ToolCallResult(operation=op, envelope=cast(ToolResult, {}))
         conflicts = 0
         while True:
             if attempt is not None:
@@ -316,9 +319,10 @@ class _RunnerCore:
                 attempt = None
                 continue
             status = op["status"]
-            if status == "superseded" and op.get("superseded_by"):
+            successor = op.get("superseded_by")
+            if status == "superseded" and successor:
                 # A person approved an edited copy: run that one, with their changes.
-                op = yield from client._get_operation_plan(op["superseded_by"])
+                op = yield from client._get_operation_plan(successor)
                 arguments = apply_edits(arguments, op.get("edits") or [])
                 continue
             if status in TERMINAL:
@@ -371,7 +375,8 @@ class _RunnerCore:
                 op = yield from client._get_operation_plan(op["id"])
         # An outcome's answer carries the envelope for the state it left (api.md): when
         # the call ended there, no further request; otherwise ask for it now.
-        envelope = op.pop("tool_result", None)
+        # (the answer of post_outcome is an OutcomeAnswer: an operation and its envelope)
+        envelope: ToolResult | None = cast(dict[str, Any], op).pop("tool_result", None)
         result.operation = op
         if envelope is None or op["status"] not in TERMINAL:
             envelope = yield from client._tool_result_plan(op["id"])
@@ -380,13 +385,13 @@ class _RunnerCore:
 
     def _attempt_plan(
         self,
-        op: dict[str, Any],
-        attempt: dict[str, Any],
+        op: Operation,
+        attempt: Attempt,
         call: Any,
         arguments: dict[str, Any],
         result: ToolCallResult,
         claim_sent: float,
-    ) -> Plan[dict[str, Any]]:
+    ) -> Plan[Operation]:
         number = attempt["attempt"]
         if self.clock() - claim_sent > self.lease_s - self.lease_margin_s:
             # The claim took so long to come back that the lease may be over by the
@@ -433,8 +438,8 @@ class _RunnerCore:
         return (yield from self._post_outcome_plan(op, number, body))
 
     def _post_outcome_plan(
-        self, op: dict[str, Any], number: int, body: dict[str, Any]
-    ) -> Plan[dict[str, Any]]:
+        self, op: Operation, number: int, body: dict[str, Any]
+    ) -> Plan[Operation]:
         client: _ClientCore = self.client
         try:
             return (yield from client._post_outcome_plan(op["id"], number, body))
@@ -451,8 +456,8 @@ class _RunnerCore:
             ) from exc
 
     def _compensate_plan(
-        self, op: dict[str, Any], undo: Any, arguments: dict[str, Any]
-    ) -> Plan[dict[str, Any]]:
+        self, op: Operation, undo: Any, arguments: dict[str, Any]
+    ) -> Plan[Operation]:
         client: _ClientCore = self.client
         context = AttemptContext(
             operation_id=op["id"],

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._plan import Plan, adrive, drive
+from .answers import Operation
 
 if TYPE_CHECKING:
     from .client import AsyncEffectgateClient, EffectgateClient
@@ -33,8 +34,8 @@ if TYPE_CHECKING:
 
 class Waiter(Protocol):
     def wait(
-        self, client: EffectgateClient, operation: dict[str, Any], *, status: str, deadline: float
-    ) -> dict[str, Any]:
+        self, client: EffectgateClient, operation: Operation, *, status: str, deadline: float
+    ) -> Operation:
         """The operation once its status is not ``status``, or as it is at ``deadline``
         (a ``time.monotonic()`` value)."""
         ...
@@ -44,11 +45,11 @@ class AsyncWaiter(Protocol):
     async def wait(
         self,
         client: AsyncEffectgateClient,
-        operation: dict[str, Any],
+        operation: Operation,
         *,
         status: str,
         deadline: float,
-    ) -> dict[str, Any]:
+    ) -> Operation:
         """``Waiter.wait``, awaited."""
         ...
 
@@ -87,9 +88,7 @@ class _Polling:
         self.clock = clock
         self.polls = 0
 
-    def _plan(
-        self, operation: dict[str, Any], status: str, deadline: float
-    ) -> Plan[dict[str, Any]]:
+    def _plan(self, operation: Operation, status: str, deadline: float) -> Plan[Operation]:
         ceiling = self.initial_s
         while True:
             operation = yield _Read(operation["id"])
@@ -119,8 +118,8 @@ class PollingWaiter(_Polling):
         self.sleep = sleep
 
     def wait(
-        self, client: EffectgateClient, operation: dict[str, Any], *, status: str, deadline: float
-    ) -> dict[str, Any]:
+        self, client: EffectgateClient, operation: Operation, *, status: str, deadline: float
+    ) -> Operation:
         def perform(effect: Any) -> Any:
             if isinstance(effect, _Nap):
                 return self.sleep(effect.seconds)
@@ -147,11 +146,11 @@ class AsyncPollingWaiter(_Polling):
     async def wait(
         self,
         client: AsyncEffectgateClient,
-        operation: dict[str, Any],
+        operation: Operation,
         *,
         status: str,
         deadline: float,
-    ) -> dict[str, Any]:
+    ) -> Operation:
         async def perform(effect: Any) -> Any:
             if isinstance(effect, _Nap):
                 return await self.sleep(effect.seconds)
@@ -175,9 +174,7 @@ class _Notified:
         with self._lock:
             self._versions[operation_id] = self._versions.get(operation_id, 0) + 1
 
-    def _plan(
-        self, operation: dict[str, Any], status: str, deadline: float
-    ) -> Plan[dict[str, Any]]:
+    def _plan(self, operation: Operation, status: str, deadline: float) -> Plan[Operation]:
         op_id = operation["id"]
         while True:
             # A notification that arrives while the GET is in flight counts: the version
@@ -206,8 +203,8 @@ class NotifiedWaiter(_Notified):
             self._condition.notify_all()
 
     def wait(
-        self, client: EffectgateClient, operation: dict[str, Any], *, status: str, deadline: float
-    ) -> dict[str, Any]:
+        self, client: EffectgateClient, operation: Operation, *, status: str, deadline: float
+    ) -> Operation:
         def perform(effect: Any) -> Any:
             if isinstance(effect, _Doze):
                 with self._condition:
@@ -261,11 +258,11 @@ class AsyncNotifiedWaiter(_Notified):
     async def wait(
         self,
         client: AsyncEffectgateClient,
-        operation: dict[str, Any],
+        operation: Operation,
         *,
         status: str,
         deadline: float,
-    ) -> dict[str, Any]:
+    ) -> Operation:
         async def perform(effect: Any) -> Any:
             if isinstance(effect, _Doze):
                 return await self._doze(effect)

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
 
 if TYPE_CHECKING:
+    from ..answers import Operation
     from ..client import AsyncEffectgateClient
     from ..waiters import AsyncWaiter
 
@@ -33,7 +35,7 @@ COMPLETE_TIMEOUT_S = 5.0
 AWAITING_APPROVAL = "awaiting_approval"
 
 
-def approval_url(console: str, operation: dict[str, Any]) -> str | None:
+def approval_url(console: str, operation: Mapping[str, Any]) -> str | None:
     """The console page of the operation's approval request, if it has one."""
     approval = operation.get("approval") or {}
     return f"{console}/approvals/{approval['id']}/" if approval.get("id") else None
@@ -93,7 +95,7 @@ class ApprovalPrompt:
             f"call waits up to {_duration(self.wait_s)} for the decision, then answers."
         )
 
-    def pending(self, operation: dict[str, Any]) -> None:
+    def pending(self, operation: Operation) -> None:
         """The call starts waiting for a person: ask the client to open the page."""
         if self.elicitation_id is not None:
             return  # one elicitation per call, even if a new request follows
@@ -106,7 +108,7 @@ class ApprovalPrompt:
         except Exception as exc:  # the prompt is a courtesy: the call waits without it
             logger.warning("could not ask the client to open %s: %s", url, exc)
 
-    async def decided(self, operation: dict[str, Any]) -> None:
+    async def decided(self, operation: Operation) -> None:
         """The request was decided (or the operation left it otherwise): say so."""
         if self.elicitation_id is None or self.completed:
             return
@@ -147,11 +149,11 @@ class PromptingWaiter:
     async def wait(
         self,
         client: AsyncEffectgateClient,
-        operation: dict[str, Any],
+        operation: Operation,
         *,
         status: str,
         deadline: float,
-    ) -> dict[str, Any]:
+    ) -> Operation:
         if status != AWAITING_APPROVAL:
             return await self.base.wait(client, operation, status=status, deadline=deadline)
         self.prompt.pending(operation)

@@ -9,10 +9,11 @@ import json
 import logging
 import re
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
-from typing import Any
+from typing import Any, cast
 
 import anyio
 
+from .._version import __version__
 from ..outcomes import Failed, NotSent, Unknown
 from ._mcp_config import UpstreamConfig
 
@@ -35,7 +36,7 @@ else:
 
 logger = logging.getLogger("effectgate_client.mcp_gateway")
 
-VERSION = "0.1.0"
+VERSION = __version__
 ERROR_CODE_META = "effectgate/error_code"
 # Matched in full: with match(), a "$" would also admit a final newline.
 OUTCOME_CODE = re.compile(r"[a-z0-9_.:-]{1,64}")
@@ -205,8 +206,10 @@ class UpstreamLink:
         except anyio.get_cancelled_exc_class():
             # The client gave up before anything was sent: the tool never ran.
             raise NotSent(f"the call was cancelled before it was sent to {self.name}") from None
+        # ``_meta`` is an open map (RequestParamsMeta: any key, any value).
+        params_meta = cast("types.RequestParamsMeta", meta)
         request = types.CallToolRequest(
-            params=types.CallToolRequestParams(name=tool, arguments=arguments, _meta=meta)
+            params=types.CallToolRequestParams(name=tool, arguments=arguments, _meta=params_meta)
         )
         try:
             # The read timeout starts once the request is written; the outer bound also

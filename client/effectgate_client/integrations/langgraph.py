@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextvars
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from langchain_core.runnables import RunnableConfig
@@ -173,7 +173,7 @@ def _succeeded(output: Any) -> Succeeded:
 
 def _approval_request(runner: Runner | AsyncRunner, result: ToolCallResult) -> dict[str, Any]:
     """What the graph's caller sees while the operation waits for a person."""
-    approval = result.operation.get("approval") or {}
+    approval: Mapping[str, Any] = result.operation.get("approval") or {}
     base = runner.client.base_url
     return {
         "effectgate": "approval_required",
