@@ -220,14 +220,27 @@ def test_webhooks():
         separators=(",", ":"),
         sort_keys=True,
     )
-    stamp = int(time.time())
-    headers = {
-        "content-type": "application/json",
-        "webhook-id": "msg_vector",
-        "webhook-timestamp": str(stamp),
-        "webhook-signature": signing.sign(secret, "msg_vector", stamp, body.encode()),
-    }
-    vector = json.dumps({"secret": secret, "headers": headers, "body": body})
+    now = int(time.time())
+
+    def signed(stamp: int) -> dict[str, str]:
+        return {
+            "content-type": "application/json",
+            "webhook-id": "msg_vector",
+            "webhook-timestamp": str(stamp),
+            "webhook-signature": signing.sign(secret, "msg_vector", stamp, body.encode()),
+        }
+
+    # Besides a fresh delivery, the same one properly signed an hour ago and an hour
+    # ahead: refused for its timestamp alone.
+    vector = json.dumps(
+        {
+            "secret": secret,
+            "headers": signed(now),
+            "old": signed(now - 3600),
+            "future": signed(now + 3600),
+            "body": body,
+        }
+    )
     _finish(_node_tests("webhooks", {"EFFECTGATE_WEBHOOK_VECTOR": vector}))
 
 

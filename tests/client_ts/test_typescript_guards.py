@@ -116,7 +116,7 @@ def test_ai_sdk_guard(live_server, tmp_path):
 
 def test_openai_agents_guard(live_server, tmp_path):
     done, decider = _node_test(live_server, tmp_path, "guard-openai-agents.test.ts")
-    output = _passed(done, tests=6)
+    output = _passed(done, tests=7)
     assert sorted(approve for _, approve in decider.decided) == [False, True], output[-3000:]
 
 

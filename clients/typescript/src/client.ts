@@ -50,6 +50,44 @@ export const API_PREFIX = "/api/v1";
 /** Answers after which repeating the same call is both safe (see above) and useful. */
 export const RETRY_STATUSES: ReadonlySet<number> = new Set([429, 500, 502, 503, 504]);
 export const USER_AGENT = "effectgate-client-typescript/1.0.0";
+export const MAX_RESPONSE_BYTES = 8 * 1024 * 1024;
+export const MAX_RETRY_WAIT_MS = 60_000;
+/** Node runs a timer of more than 2**31 - 1 ms at once: no wait is longer. */
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/** An answer body longer than the client reads (`maxResponseBytes`). */
+class BodyTooLarge extends Error {}
+
+/** The body as text, read no further than `limit` bytes; a longer body cancels the
+ * reader and throws `BodyTooLarge`. */
+async function boundedText(response: Response, limit: number): Promise<string> {
+  const declared = response.headers.get("content-length");
+  if (declared !== null && /^\d+$/.test(declared.trim()) && Number(declared) > limit) {
+    await response.body?.cancel().catch(() => undefined);
+    throw new BodyTooLarge(`Content-Length ${declared}`);
+  }
+  if (response.body === null) return "";
+  const reader = response.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let size = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    size += value.byteLength;
+    if (size > limit) {
+      await reader.cancel().catch(() => undefined);
+      throw new BodyTooLarge(`more than ${limit} bytes`);
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(size);
+  let at = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, at);
+    at += chunk.byteLength;
+  }
+  return new TextDecoder().decode(bytes);
+}
 
 export interface EffectgateClientOptions {
   /** The server's root (`https://effectgate.internal`, without `/api/v1`). */
@@ -68,6 +106,12 @@ export interface EffectgateClientOptions {
   /** How the client waits between repeats (tests pass a fake). */
   sleep?: (ms: number) => Promise<void>;
   userAgent?: string;
+  /** The largest answer body read, in bytes (default 8 MiB): a longer one is not read
+   * further and throws `UnexpectedResponse`. */
+  maxResponseBytes?: number;
+  /** The longest wait between repeats that an answer's `Retry-After` or
+   * `retry_after_ms` can ask for, in milliseconds (default 60 000). */
+  maxRetryWaitMs?: number;
 }
 
 export interface RequestOptions {
@@ -91,6 +135,8 @@ export class EffectgateClient {
   readonly timeoutMs: number;
   readonly backoffBaseMs: number;
   readonly backoffMaxMs: number;
+  readonly maxResponseBytes: number;
+  readonly maxRetryWaitMs: number;
   /** Counts of repeated calls by reason, for operators and benchmarks. */
   readonly stats: Map<string, number> = new Map();
   readonly #token: string;
@@ -110,6 +156,8 @@ export class EffectgateClient {
     this.#fetch = opts.fetch ?? globalThis.fetch.bind(globalThis);
     this.#sleep = opts.sleep ?? sleepMs;
     this.#userAgent = opts.userAgent ?? USER_AGENT;
+    this.maxResponseBytes = opts.maxResponseBytes ?? MAX_RESPONSE_BYTES;
+    this.maxRetryWaitMs = Math.min(opts.maxRetryWaitMs ?? MAX_RETRY_WAIT_MS, MAX_TIMER_MS);
   }
 
   // --- transport ----------------------------------------------------------------------
@@ -164,8 +212,16 @@ export class EffectgateClient {
           redirect: "manual",
           signal,
         });
-        text = await response.text();
+        text = await boundedText(response, this.maxResponseBytes);
       } catch (error) {
+        if (error instanceof BodyTooLarge) {
+          // Not an answer of Effectgate's (its answers are small): never repeated.
+          throw new UnexpectedResponse(
+            response!.status,
+            `an answer body of ${error.message}, over maxResponseBytes (${this.maxResponseBytes})`,
+            response!.headers.get("x-request-id"),
+          );
+        }
         if (opts.signal?.aborted) throw opts.signal.reason;
         if (retry >= retries) {
           throw new TransportError(
@@ -201,7 +257,8 @@ export class EffectgateClient {
         const seconds = header === null ? NaN : Number(header);
         if (Number.isFinite(seconds) && seconds >= 0) wait = seconds * 1000;
       }
-      await this.#sleep(wait ?? this.backoffMs(retry));
+      // The server's ask is obeyed up to a bound: an answer cannot park the caller.
+      await this.#sleep(wait === null ? this.backoffMs(retry) : Math.min(wait, this.maxRetryWaitMs));
     }
   }
 

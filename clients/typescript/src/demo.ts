@@ -9,7 +9,8 @@
 //   `{"id": "re_0000001", "status": "succeeded", "payment_id": ..., "amount_cents": ...}`;
 //   a repeat with the same key answers the same refund and commits nothing, as a provider
 //   that honours idempotency keys does. A body it cannot read is 400, a missing key 428, a
-//   body over 16 KiB 413.
+//   key over 255 characters 400, a body over 16 KiB 413, a new key once it holds 10 000
+//   refunds 429.
 // - `GET /refunds/lookup/{key}` answers in the shape Effectgate's lookups read (api.md,
 //   Lookup URLs): `committed` with the refund's id, or `not_found`.
 //
@@ -22,6 +23,11 @@ import type { AddressInfo } from "node:net";
 /** A refund request is a few dozen bytes; anything much larger is not one. */
 export const MAX_BODY_BYTES = 16 * 1024;
 const LOOKUP_PREFIX = "/refunds/lookup/";
+/** The refunds one provider keeps (a demo's handful, not a flood's): a new key beyond it
+ * is answered 429. */
+export const MAX_REFUNDS = 10_000;
+/** The longest idempotency key taken, in characters (Effectgate's are far shorter). */
+export const MAX_KEY_LENGTH = 255;
 
 export interface DemoRefund {
   id: string;
@@ -177,6 +183,14 @@ function handle(provider: DemoProvider, req: IncomingMessage, res: ServerRespons
     const key = (Array.isArray(header) ? header[0] : header)?.trim() ?? "";
     if (!key) {
       answer(res, 428, { error: "send an Idempotency-Key header" });
+      return;
+    }
+    if (key.length > MAX_KEY_LENGTH) {
+      answer(res, 400, { error: `an Idempotency-Key is at most ${MAX_KEY_LENGTH} characters` });
+      return;
+    }
+    if (!provider.refunds.has(key) && provider.refunds.size >= MAX_REFUNDS) {
+      answer(res, 429, { error: `this demo provider keeps at most ${MAX_REFUNDS} refunds` });
       return;
     }
     answer(res, 200, provider.refund({ key, ...request }));

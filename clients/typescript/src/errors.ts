@@ -20,6 +20,24 @@ export interface Problem {
   [field: string]: unknown;
 }
 
+/** The server's request id pattern (X-Request-Id, a problem's `request_id`). */
+export const REQUEST_ID = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/;
+
+/** `value` when it is a request id Effectgate could have made, else null: an id that
+ * is quoted to an operator or logged is never arbitrary text from the wire. */
+export function validRequestId(value: unknown): string | null {
+  return typeof value === "string" && REQUEST_ID.test(value) ? value : null;
+}
+
+// C0 and C1 controls, DEL, the line and paragraph separators and the bidirectional
+// overrides and isolates: what can forge a log line or reorder what it shows.
+const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029\u202a-\u202e\u2066-\u2069]/g;
+
+/** Text that came from the wire, safe to put in a log line: control characters removed. */
+export function withoutControls(text: string): string {
+  return text.replace(CONTROL, "");
+}
+
 /** The base of everything this package throws about Effectgate. */
 export class EffectgateError extends Error {
   constructor(message: string, options?: { cause?: unknown }) {
@@ -43,7 +61,7 @@ export class TransportError extends EffectgateError {
     super(message, { cause: opts.cause });
     this.method = opts.method;
     this.path = opts.path;
-    this.requestId = opts.requestId ?? null;
+    this.requestId = validRequestId(opts.requestId);
   }
 }
 
@@ -133,10 +151,10 @@ export class UnexpectedResponse extends EffectgateError {
   readonly requestId: string | null;
 
   constructor(status: number, text: string, requestId: string | null = null) {
-    super(`HTTP ${status}: ${text.slice(0, 200)}`);
+    super(`HTTP ${status}: ${withoutControls(text.slice(0, 200))}`);
     this.status = status;
     this.text = text;
-    this.requestId = requestId;
+    this.requestId = validRequestId(requestId);
   }
 }
 
@@ -176,7 +194,7 @@ export class ProblemError extends EffectgateError {
     const code = String(problem.code || (new.target as typeof ProblemError).code);
     const title = String(problem.title ?? "");
     const detail = String(problem.detail || title || code);
-    super(`${opts.status} ${code}: ${detail}`);
+    super(withoutControls(`${opts.status} ${code}: ${detail}`));
     this.problem = problem;
     this.status = opts.status;
     this.code = code;
@@ -184,8 +202,8 @@ export class ProblemError extends EffectgateError {
     this.detail = detail;
     this.errors = Array.isArray(problem.errors) ? problem.errors : [];
     this.retryAfterMs = opts.retryAfterMs ?? null;
-    this.requestId =
-      typeof problem.request_id === "string" ? problem.request_id : (opts.requestId ?? null);
+    // The body's id, else the header's; an id not of the server's pattern is dropped.
+    this.requestId = validRequestId(problem.request_id) ?? validRequestId(opts.requestId);
   }
 
   /** A tool-result envelope for a refusal that left no operation to ask about (invalid

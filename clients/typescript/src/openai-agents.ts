@@ -17,7 +17,7 @@
 //   3. The model reads Effectgate's envelope as the tool's output (`status`, `code`,
 //      `message`, `allowed_next_actions`, and `result` once it succeeded). A run that
 //      repeats a call it already made gets the recorded outcome back.
-import type { FunctionTool, RunContext, RunToolApprovalItem } from "@openai/agents";
+import { type FunctionTool, ModelBehaviorError, type RunContext, type RunToolApprovalItem } from "@openai/agents";
 
 import {
   approvalUrl,
@@ -189,8 +189,10 @@ export function guard<T extends FunctionTool<any, any, any>>(tool: T, options: G
               innerInvoke(ctx, JSON.stringify(attempt.arguments), details as never),
             );
           } catch (error) {
-            // The tool's own parameters refused the arguments: it never ran.
-            if (error instanceof Error && error.constructor.name === "InvalidToolInputError") {
+            // The tool's own parameters refused the arguments: it never ran. The SDK does
+            // not export InvalidToolInputError itself; it is a ModelBehaviorError, and
+            // only the SDK's own class counts (a tool's error of the same name does not).
+            if (isInvalidToolInput(error)) {
               throw new Failed("invalid_tool_input", `${name}: ${error.message}`);
             }
             throw error;
@@ -212,4 +214,11 @@ export function guard<T extends FunctionTool<any, any, any>>(tool: T, options: G
   const copy = Object.create(Object.getPrototypeOf(tool), Object.getOwnPropertyDescriptors(tool)) as T;
   Object.assign(copy, { invoke, needsApproval, timeoutMs: undefined });
   return copy;
+}
+
+/** Whether `error` is the SDK's InvalidToolInputError (its parameters refused the
+ * model's arguments before the tool ran): an instance of the SDK's exported
+ * ModelBehaviorError whose class is the SDK's InvalidToolInputError. */
+export function isInvalidToolInput(error: unknown): error is ModelBehaviorError {
+  return error instanceof ModelBehaviorError && error.constructor.name === "InvalidToolInputError";
 }

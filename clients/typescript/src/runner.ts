@@ -26,7 +26,7 @@
 // compensable tool: only Effectgate decides that, after reconciliation. A process that
 // dies mid-call posts nothing; the lease expires and Effectgate treats it as unknown.
 
-import type { EffectgateClient } from "./client.js";
+import { type EffectgateClient, RETRY_STATUSES } from "./client.js";
 import {
   ApprovalRequired,
   AttemptInProgress,
@@ -38,11 +38,14 @@ import {
   OperationClosed,
   OutcomeConflict,
   OutcomeNotRecorded,
+  ProblemError,
   ReconciliationRequired,
   RetryLater,
   StaleAttempt,
   Superseded,
   TransportError,
+  UnexpectedResponse,
+  withoutControls,
 } from "./errors.js";
 import { Succeeded, ToolOutcome } from "./outcomes.js";
 import type {
@@ -87,32 +90,90 @@ export function travels(value: unknown, depth = 0): boolean {
   return false;
 }
 
+/** An approver's edit this runner will not apply: a path that is not a JSON pointer to
+ * an existing place in the arguments (an empty path, an intermediate that is missing or
+ * not plain data, an array index out of range) or that names `__proto__`,
+ * `constructor` or `prototype`. Thrown before any edit is applied and before the tool
+ * is called: the call is not made. */
+export class InvalidEdit extends EffectgateError {
+  readonly path: string;
+
+  constructor(path: string, reason: string) {
+    super(`edit ${JSON.stringify(path.slice(0, 200))} not applied: ${reason}`);
+    this.path = path;
+  }
+}
+
+const FORBIDDEN_TOKENS: ReadonlySet<string> = new Set(["__proto__", "constructor", "prototype"]);
+const INDEX = /^(0|[1-9]\d*)$/;
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  if (value === null || typeof value !== "object" || Array.isArray(value)) return false;
+  const proto = Object.getPrototypeOf(value);
+  return proto === Object.prototype || proto === null;
+}
+
+/** Where an edit goes: its container and the last token, checked. */
+function locate(
+  root: Record<string, unknown>,
+  path: string,
+): { parent: Record<string, unknown> | unknown[]; last: string } {
+  if (typeof path !== "string" || path === "" || !path.startsWith("/")) {
+    throw new InvalidEdit(String(path), "not a JSON pointer to a field");
+  }
+  const tokens = path
+    .split("/")
+    .slice(1)
+    .map((token) => token.replaceAll("~1", "/").replaceAll("~0", "~"));
+  for (const token of tokens) {
+    if (FORBIDDEN_TOKENS.has(token)) throw new InvalidEdit(path, `the token ${token} is refused`);
+  }
+  let parent: Record<string, unknown> | unknown[] = root;
+  const last = tokens[tokens.length - 1]!;
+  for (const token of tokens.slice(0, -1)) {
+    let next: unknown;
+    if (Array.isArray(parent)) {
+      if (!INDEX.test(token) || Number(token) >= parent.length) {
+        throw new InvalidEdit(path, `no index ${token} in an array of ${parent.length}`);
+      }
+      next = parent[Number(token)];
+    } else {
+      if (!Object.hasOwn(parent, token)) throw new InvalidEdit(path, `no field ${token}`);
+      next = parent[token];
+    }
+    if (!Array.isArray(next) && !isPlainObject(next)) {
+      throw new InvalidEdit(path, `${token} holds no object or array`);
+    }
+    parent = next;
+  }
+  if (Array.isArray(parent) && (!INDEX.test(last) || Number(last) >= parent.length)) {
+    throw new InvalidEdit(path, `no index ${last} in an array of ${parent.length}`);
+  }
+  return { parent, last };
+}
+
 /** The runner's own arguments with an approver's edits applied (each edit's `path` is a
  * JSON pointer, `to` the new value). Applied to the runner's copy, not to the stored
  * arguments, because sensitive values are stored as digests; an approver cannot edit a
- * sensitive field. */
+ * sensitive field.
+ *
+ * An edit only replaces (or, in an object, adds) the value at its last token: it steps
+ * only through the arguments' own fields and existing array items, never creates one on
+ * the way, and refuses `__proto__`, `constructor` and `prototype`. Any edit refused
+ * throws `InvalidEdit` before anything is applied. */
 export function applyEdits(
   args: Record<string, unknown>,
   edits: readonly Pick<Edit, "path" | "to">[],
 ): Record<string, unknown> {
   const edited = structuredClone(args);
+  // Every path is checked against the arguments before the first is applied; applying
+  // one edit never changes where a later one goes, except by replacing a container.
+  for (const edit of edits) locate(edited, edit.path);
   for (const edit of edits) {
-    const tokens = edit.path
-      .split("/")
-      .slice(1)
-      .map((token) => token.replaceAll("~1", "/").replaceAll("~0", "~"));
-    let parent: Record<string, unknown> | unknown[] = edited;
-    for (const token of tokens.slice(0, -1)) {
-      if (Array.isArray(parent)) {
-        parent = parent[Number(token)] as Record<string, unknown>;
-      } else {
-        parent[token] ??= {};
-        parent = parent[token] as Record<string, unknown>;
-      }
-    }
-    const last = tokens[tokens.length - 1]!;
-    if (Array.isArray(parent)) parent[Number(last)] = edit.to;
-    else parent[last] = edit.to;
+    const { parent, last } = locate(edited, edit.path);
+    const value = structuredClone(edit.to);
+    if (Array.isArray(parent)) parent[Number(last)] = value;
+    else Object.defineProperty(parent, last, { value, writable: true, enumerable: true, configurable: true });
   }
   return edited;
 }
@@ -231,7 +292,9 @@ export class Runner {
     this.client = client;
     this.#sleep = opts.sleep ?? sleepMs;
     this.#clock = opts.clock ?? monotonic;
-    this.#log = opts.log ?? ((message) => console.warn(message));
+    // What is logged quotes the server's words (a problem's detail): never its controls.
+    const log = opts.log ?? ((message: string) => console.warn(message));
+    this.#log = (message) => log(withoutControls(message));
     this.waiter = opts.waiter ?? new PollingWaiter({ sleep: this.#sleep, clock: this.#clock });
     this.leaseS = opts.leaseS ?? 30;
     this.heartbeatEveryS = opts.heartbeatEveryS ?? Math.max(0.2, this.leaseS / 3);
@@ -438,10 +501,21 @@ export class Runner {
         // the attempt already has another outcome; the operation says which.
         return this.client.getOperation(op.id);
       }
-      if (error instanceof TransportError) {
+      // Unreachable, or still answering a status worth repeating (a 429 or 5xx) after
+      // every repeat: the outcome is not recorded, and the caller keeps it to post later.
+      const lastAnswer =
+        (error instanceof ProblemError || error instanceof UnexpectedResponse) &&
+        RETRY_STATUSES.has(error.status);
+      if (error instanceof TransportError || lastAnswer) {
         throw new OutcomeNotRecorded(
           `the outcome of ${op.id} attempt ${number} could not be posted: ${error.message}`,
-          { operationId: op.id, attempt: number, outcome: body, cause: error },
+          {
+            operationId: op.id,
+            attempt: number,
+            outcome: body,
+            requestId: (error as TransportError | ProblemError | UnexpectedResponse).requestId,
+            cause: error,
+          },
         );
       }
       throw error;

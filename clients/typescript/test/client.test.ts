@@ -184,6 +184,145 @@ describe("repeats (a scripted server)", () => {
   });
 });
 
+describe("bounds on what an answer can make the client do", () => {
+  const MiB = 1024 * 1024;
+
+  test("a 20 MiB body over maxResponseBytes is not read on: UnexpectedResponse, not repeated", async () => {
+    let written = 0;
+    let closed = false;
+    const chunk = Buffer.alloc(64 * 1024, 0x61);
+    const server = await scriptedServer([
+      (_req, res) => {
+        // Chunked: no Content-Length to refuse it by; the reader must stop on its own.
+        res.writeHead(200, { "Content-Type": "application/json" });
+        res.on("close", () => (closed = true));
+        const pump = (): void => {
+          while (written < 20 * MiB) {
+            written += chunk.length;
+            if (!res.write(chunk)) {
+              res.once("drain", pump);
+              return;
+            }
+          }
+          res.end();
+        };
+        pump();
+      },
+    ]);
+    const client = new EffectgateClient({ baseUrl: server.url, token: "egr_x", maxResponseBytes: 256 * 1024 });
+    try {
+      await assert.rejects(client.getRun("run_1"), (e: unknown) => {
+        assert.ok(e instanceof UnexpectedResponse, String(e));
+        assert.equal(e.status, 200);
+        assert.match(e.message, /maxResponseBytes/);
+        assert.ok(e.text.length < 1000);
+        return true;
+      });
+      assert.equal(server.requests.length, 1);
+      // The reader was cancelled: the server never got to write the whole 20 MiB.
+      for (let i = 0; i < 200 && !closed; i++) await new Promise((resolve) => setTimeout(resolve, 10));
+      assert.ok(closed, "the connection was closed");
+      assert.ok(written < 20 * MiB, `written ${written}`);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("a Content-Length over maxResponseBytes is refused before reading", async () => {
+    const server = await scriptedServer([
+      (_req, res) => {
+        res.writeHead(502, { "Content-Type": "text/html", "Content-Length": String(20 * MiB) });
+        res.write("<html>");
+      },
+    ]);
+    const client = new EffectgateClient({ baseUrl: server.url, token: "egr_x", maxResponseBytes: MiB });
+    try {
+      await assert.rejects(client.getRun("run_1"), (e: unknown) => {
+        assert.ok(e instanceof UnexpectedResponse, String(e));
+        assert.equal(e.status, 502);
+        assert.match(e.message, /Content-Length 20971520/);
+        return true;
+      });
+      assert.equal(server.requests.length, 1);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("a body within the default bound is read whole", async () => {
+    const big = "x".repeat(2 * MiB);
+    const server = await scriptedServer([json(200, { id: "run_1", status: "active", note: big })]);
+    const client = new EffectgateClient({ baseUrl: server.url, token: "egr_x" });
+    try {
+      const run = (await client.getRun("run_1")) as unknown as { note: string };
+      assert.equal(run.note.length, big.length);
+    } finally {
+      await server.close();
+    }
+  });
+
+  test("Retry-After and retry_after_ms are obeyed up to maxRetryWaitMs (60 s by default)", async () => {
+    const server = await scriptedServer([
+      json(503, problem(503, "internal_error"), { "Retry-After": "99999999999" }),
+      json(429, problem(429, "rate_limited", { retry_after_ms: 2 ** 40 })),
+      (_req, res) => res.writeHead(503, { "Retry-After": "3000000", "Content-Type": "text/html" }).end("<p>busy</p>"),
+      json(503, problem(503, "internal_error", { retry_after_ms: 1500 })),
+      json(200, { id: "run_1", status: "active" }),
+    ]);
+    const { sleep, waits } = recordingSleep();
+    const client = new EffectgateClient({ baseUrl: server.url, token: "egr_x", sleep });
+    try {
+      await client.getRun("run_1");
+      assert.deepEqual(waits, [60_000, 60_000, 60_000, 1500]);
+      assert.ok(waits.every((ms) => ms <= 2 ** 31 - 1));
+    } finally {
+      await server.close();
+    }
+    const capped = await scriptedServer([
+      json(429, problem(429, "rate_limited", { retry_after_ms: 9000 })),
+      json(200, { id: "run_1", status: "active" }),
+    ]);
+    const other = recordingSleep();
+    const client2 = new EffectgateClient({ baseUrl: capped.url, token: "egr_x", sleep: other.sleep, maxRetryWaitMs: 250 });
+    try {
+      await client2.getRun("run_1");
+      assert.deepEqual(other.waits, [250]);
+    } finally {
+      await capped.close();
+    }
+  });
+
+  test("a request id not of the server's pattern is dropped; text is logged without controls", async () => {
+    const server = await scriptedServer([
+      json(404, problem(404, "not_found", { request_id: "req\r\nforged: yes" }), { "X-Request-Id": "req_ok-1.2:3" }),
+      json(404, problem(404, "not_found", { detail: "gone\u001b[31m\r\nFAKE\u0085" }), { "X-Request-Id": "x".repeat(129) }),
+      (_req, res) => res.writeHead(400, { "Content-Type": "text/html", "X-Request-Id": "-lead" }).end("a\u0007b"),
+    ]);
+    const client = new EffectgateClient({ baseUrl: server.url, token: "egr_x" });
+    try {
+      await assert.rejects(client.getRun("run_1"), (e: unknown) => {
+        assert.ok(e instanceof NotFound);
+        assert.equal(e.requestId, "req_ok-1.2:3");
+        return true;
+      });
+      await assert.rejects(client.getRun("run_2"), (e: unknown) => {
+        assert.ok(e instanceof NotFound);
+        assert.equal(e.requestId, null);
+        assert.equal(e.message, "404 not_found: gone[31mFAKE");
+        return true;
+      });
+      await assert.rejects(client.getRun("run_3"), (e: unknown) => {
+        assert.ok(e instanceof UnexpectedResponse);
+        assert.equal(e.requestId, null);
+        assert.equal(e.message, "HTTP 400: ab");
+        return true;
+      });
+    } finally {
+      await server.close();
+    }
+  });
+});
+
 describe("typed problems (the live server)", () => {
   // The X-Request-Id header of each answer, to compare with the errors' requestId.
   const seen: (string | null)[] = [];

@@ -8,7 +8,7 @@ import { request } from "node:http";
 import { describe, test } from "node:test";
 import { fileURLToPath } from "node:url";
 
-import { DemoProvider, MAX_BODY_BYTES } from "../src/demo.js";
+import { DemoProvider, MAX_BODY_BYTES, MAX_KEY_LENGTH, MAX_REFUNDS } from "../src/demo.js";
 import { Failed, Runner, Succeeded, type AttemptContext } from "../src/index.js";
 import { liveClient, refundContract, toolName } from "./support.js";
 
@@ -65,6 +65,30 @@ describe("the provider's protocol", () => {
       assert.equal(other.body["id"], "re_0000002");
       assert.deepEqual([...provider.refunds.keys()], ["k1", "k2"]);
       assert.deepEqual(provider.refunds.get("k1"), first.body);
+    } finally {
+      await provider.close();
+    }
+  });
+
+  test("a key over 255 characters is 400; a new key once 10 000 refunds are kept is 429", async () => {
+    const provider = await DemoProvider.start();
+    try {
+      assert.equal(MAX_KEY_LENGTH, 255);
+      assert.equal(MAX_REFUNDS, 10_000);
+      const body = { payment_id: "pay_1", amount_cents: 500 };
+      assert.equal((await post(provider, "/refunds", body, "k".repeat(256))).status, 400);
+      assert.equal(provider.refunds.size, 0);
+      assert.equal((await post(provider, "/refunds", body, "k".repeat(255))).status, 200);
+      for (let i = provider.refunds.size; i < MAX_REFUNDS; i++) {
+        provider.refund({ key: `filled-${i}`, paymentId: "pay_1", amountCents: 1 });
+      }
+      const refused = await post(provider, "/refunds", body, "one-too-many");
+      assert.equal(refused.status, 429);
+      assert.equal(provider.refunds.size, MAX_REFUNDS);
+      assert.equal(provider.refunds.has("one-too-many"), false);
+      // A key it holds still answers its refund.
+      const again = await post(provider, "/refunds", body, "k".repeat(255));
+      assert.deepEqual(again.body["id"], "re_0000001");
     } finally {
       await provider.close();
     }

@@ -4,11 +4,11 @@
 import assert from "node:assert/strict";
 import { describe, test } from "node:test";
 
-import { Agent, RunState, run, setTracingDisabled, tool } from "@openai/agents";
+import { Agent, ModelBehaviorError, RunContext, RunState, run, setTracingDisabled, tool } from "@openai/agents";
 import { ScriptedModel, assistantMessage, functionCall } from "@openai/agents/testing";
 import { z } from "zod";
 
-import { approvalRequest, currentAttempt, guard } from "../src/openai-agents.js";
+import { approvalRequest, currentAttempt, guard, isInvalidToolInput } from "../src/openai-agents.js";
 import { decide, liveRunner, refundContract, Refunds, toolName } from "./guard-support.js";
 
 setTracingDisabled(true);
@@ -186,5 +186,27 @@ describe("OpenAI Agents SDK guard", () => {
     const envelope = toolOutput(model);
     assert.equal(envelope["status"], "failed_permanent");
     assert.equal(envelope["code"], "invalid_tool_input");
+  });
+});
+
+describe("what counts as the SDK refusing a tool's input", () => {
+  test("the SDK's own InvalidToolInputError does; a lookalike of the same name, or another ModelBehaviorError, does not", async () => {
+    const strict = tool({
+      name: "strict",
+      description: "x",
+      parameters: z.object({ amount_cents: z.number() }),
+      errorFunction: null,
+      execute: async () => "ran",
+    });
+    const thrown = await strict
+      .invoke(new RunContext(), JSON.stringify({ amount_cents: "no" }))
+      .then(() => assert.fail("the SDK accepted the input"), (e: unknown) => e);
+    assert.ok(isInvalidToolInput(thrown), String(thrown));
+    // A tool's own error that merely carries the name: the tool ran, its effect may be
+    // out; it must never be taken for "never ran".
+    class InvalidToolInputError extends Error {}
+    assert.equal(isInvalidToolInput(new InvalidToolInputError("mine")), false);
+    assert.equal(isInvalidToolInput(new ModelBehaviorError("model")), false);
+    assert.equal(isInvalidToolInput({ constructor: { name: "InvalidToolInputError" } }), false);
   });
 });

@@ -2,17 +2,19 @@
 // stored after each call is read back through the API.
 
 import assert from "node:assert/strict";
-import { test } from "node:test";
+import { describe, test } from "node:test";
 
 import {
   BudgetExhausted,
   EffectgateClient,
   Failed,
+  InvalidEdit,
   OutcomeNotRecorded,
   PollingWaiter,
   Runner,
   Succeeded,
   Unknown,
+  applyEdits,
   type AttemptContext,
 } from "../src/index.js";
 import { env, liveClient, refundContract, refunds, toolName } from "./support.js";
@@ -265,4 +267,155 @@ test("an outcome that cannot be posted is OutcomeNotRecorded, with the outcome t
   const op = await liveClient().postOutcome(error.operationId, error.attempt, error.outcome);
   assert.equal(op.status, "succeeded");
   assert.equal(provider.contexts.length, 1);
+});
+
+test("a 502 that lasts on the outcome is OutcomeNotRecorded, with the outcome and the last request id", async () => {
+  let outcomeTries = 0;
+  const failing: typeof fetch = async (input, init) => {
+    if (String(input).endsWith("/outcome")) {
+      outcomeTries += 1;
+      const problem = { type: "about:blank", title: "Bad Gateway", status: 502, code: "internal_error" };
+      return new Response(JSON.stringify(problem), {
+        status: 502,
+        headers: { "Content-Type": "application/problem+json", "X-Request-Id": `req_bad_${outcomeTries}` },
+      });
+    }
+    return fetch(input, init);
+  };
+  const client = new EffectgateClient({ baseUrl: env.url, token: env.token, fetch: failing, maxRetries: 2, backoffBaseMs: 1 });
+  const { runner, run } = await setup({}, client);
+  const tool = toolName("ts_502");
+  await client.putTool(tool, refundContract("irreversible"));
+  const provider = refunds();
+  const error = await runner
+    .execute({ run, tool, operationKey: "k-502", arguments: ARGS, call: provider.call })
+    .then(() => assert.fail("the outcome was posted"), (e: unknown) => e);
+  assert.ok(error instanceof OutcomeNotRecorded, String(error));
+  assert.equal(outcomeTries, 3);
+  assert.equal(error.requestId, "req_bad_3");
+  assert.equal(error.outcome["kind"], "succeeded");
+  const op = await liveClient().postOutcome(error.operationId, error.attempt, error.outcome);
+  assert.equal(op.status, "succeeded");
+  assert.equal(provider.contexts.length, 1);
+});
+
+test("a proxy's 504 page that lasts on the outcome is OutcomeNotRecorded too", async () => {
+  const failing: typeof fetch = async (input, init) =>
+    String(input).endsWith("/outcome") ? new Response("<html>gateway timeout</html>", { status: 504 }) : fetch(input, init);
+  const client = new EffectgateClient({ baseUrl: env.url, token: env.token, fetch: failing, maxRetries: 1, backoffBaseMs: 1 });
+  const { runner, run } = await setup({}, client);
+  const tool = toolName("ts_504");
+  await client.putTool(tool, refundContract("irreversible"));
+  const error = await runner
+    .execute({ run, tool, operationKey: "k-504", arguments: ARGS, call: refunds().call })
+    .then(() => assert.fail("the outcome was posted"), (e: unknown) => e);
+  assert.ok(error instanceof OutcomeNotRecorded, String(error));
+  assert.equal(error.requestId, null);
+});
+
+test("the runner's log lines carry no control characters from the server's text", async () => {
+  const lines: string[] = [];
+  const beats: typeof fetch = async (input, init) => {
+    if (String(input).endsWith("/heartbeat")) {
+      const problem = { status: 400, code: "invalid_request", detail: "bad\u001b[2J\r\nFORGED line\u202e" };
+      return new Response(JSON.stringify(problem), { status: 400, headers: { "Content-Type": "application/problem+json" } });
+    }
+    return fetch(input, init);
+  };
+  const client = new EffectgateClient({ baseUrl: env.url, token: env.token, fetch: beats });
+  const { runner, run } = await setup({ leaseS: 2, heartbeatEveryS: 0.05, log: (line) => lines.push(line) }, client);
+  const tool = toolName("ts_logged");
+  await client.putTool(tool, refundContract("irreversible"));
+  const provider = refunds();
+  await runner.execute({
+    run,
+    tool,
+    operationKey: "k-logged",
+    arguments: ARGS,
+    call: async (ctx) => {
+      await new Promise((resolve) => setTimeout(resolve, 300));
+      return provider.call(ctx);
+    },
+  });
+  const logged = lines.filter((line) => line.includes("FORGED"));
+  assert.ok(logged.length > 0, lines.join("|"));
+  for (const line of logged) {
+    assert.doesNotMatch(line, /[\u0000-\u001f\u007f-\u009f\u202a-\u202e]/);
+    assert.match(line, /bad\[2JFORGED line/);
+  }
+});
+
+describe("applyEdits", () => {
+  const args = () => ({ payment_id: "pay_1", amount_cents: 500, items: [{ sku: "a" }, { sku: "b" }], meta: { note: "x" } });
+
+  test("replaces values through own fields and array items, on a copy", () => {
+    const original = args();
+    const edited = applyEdits(original, [
+      { path: "/amount_cents", to: 300 },
+      { path: "/items/1/sku", to: "c" },
+      { path: "/meta/note", to: { deep: true } },
+      { path: "/meta/a~1b~0c", to: 1 },
+    ]);
+    assert.deepEqual(edited, {
+      payment_id: "pay_1",
+      amount_cents: 300,
+      items: [{ sku: "a" }, { sku: "c" }],
+      meta: { note: { deep: true }, "a/b~c": 1 },
+    });
+    assert.deepEqual(original, args());
+  });
+
+  for (const path of ["/__proto__/polluted", "/constructor/prototype/polluted", "/meta/__proto__", "/prototype"]) {
+    test(`refuses ${path}, and Object.prototype stays clean`, () => {
+      assert.throws(() => applyEdits(args(), [{ path, to: "yes" }]), InvalidEdit);
+      assert.equal(({} as Record<string, unknown>)["polluted"], undefined);
+      assert.equal(Object.hasOwn(Object.prototype, "polluted"), false);
+    });
+  }
+
+  for (const path of ["", "amount_cents", "/missing/x", "/payment_id/x", "/items/2/sku", "/items/01/sku", "/items/-/sku", "/items/1e0/sku", "/items/2", "/items/-", "/items/toString/x", "/meta/toString/x"]) {
+    test(`refuses ${JSON.stringify(path)} without creating anything`, () => {
+      const original = args();
+      assert.throws(() => applyEdits(original, [{ path, to: 1 }]), InvalidEdit);
+      assert.deepEqual(original, args());
+    });
+  }
+
+  test("one refused edit applies none (the caller's arguments are never changed)", () => {
+    const original = args();
+    assert.throws(
+      () => applyEdits(original, [{ path: "/amount_cents", to: 1 }, { path: "/__proto__/polluted", to: 1 }]),
+      InvalidEdit,
+    );
+    assert.deepEqual(original, args());
+  });
+});
+
+test("an approval whose edit is refused rejects execute with InvalidEdit: the tool is not called", async () => {
+  // A scripted Effectgate: the operation was superseded by an edited copy whose edit
+  // climbs into Object.prototype.
+  const requests: string[] = [];
+  const operation = (id: string, extra: Record<string, unknown>) => ({
+    id, run: "run_1", tool: "refund", status: "ready", attempts: 0, idempotency_key: `eg_${id}`, ...extra,
+  });
+  const scripted: typeof fetch = async (input, init) => {
+    const url = new URL(String(input));
+    requests.push(`${init?.method ?? "GET"} ${url.pathname}`);
+    const body =
+      url.pathname.endsWith("/operations") && init?.method === "POST"
+        ? operation("op_1", { status: "superseded", superseded_by: "op_2" })
+        : operation("op_2", { edits: [{ path: "/constructor/prototype/polluted", from: null, to: "yes" }] });
+    return new Response(JSON.stringify(body), { status: url.pathname.endsWith("/operations") ? 201 : 200, headers: { "Content-Type": "application/json" } });
+  };
+  const client = new EffectgateClient({ baseUrl: "http://effectgate.invalid", token: "egr_x", fetch: scripted });
+  const runner = new Runner(client, { log: () => {} });
+  let called = 0;
+  const error = await runner
+    .execute({ run: "run_1", tool: "refund", operationKey: "k-edit", arguments: ARGS, call: async () => { called += 1; } })
+    .then(() => assert.fail("execute resolved"), (e: unknown) => e);
+  assert.ok(error instanceof InvalidEdit, String(error));
+  assert.equal(error.path, "/constructor/prototype/polluted");
+  assert.equal(called, 0);
+  assert.deepEqual(requests, ["POST /api/v1/operations", "GET /api/v1/operations/op_2"]);
+  assert.equal(({} as Record<string, unknown>)["polluted"], undefined);
 });
