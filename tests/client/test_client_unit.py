@@ -22,6 +22,7 @@ from effectgate_client import (
     AsyncEffectgateClient,
     AsyncNotifiedWaiter,
     AsyncPollingWaiter,
+    AsyncRunner,
     AttemptInProgress,
     BudgetExhausted,
     CompensationRequired,
@@ -35,6 +36,7 @@ from effectgate_client import (
     ProblemError,
     ReconciliationRequired,
     RetryLater,
+    Runner,
     ToolForbidden,
     TransportError,
     UnexpectedResponse,
@@ -568,3 +570,52 @@ def test_an_exception_detail_keeps_no_url_credentials_or_query_and_is_capped():
         "ValueError: POST https://host/x failed; see http://other.example/a and ftp://h/p"
     )
     assert len(exception_detail(RuntimeError("y" * 5000))) == 200
+
+
+@FLAVORS
+def test_executes_wait_for_a_claims_retry_after_ms_is_capped(flavor):
+    """A claim refused with an enormous ``retry_after_ms`` waits ``max_retry_wait_s``
+    and claims again (instead of giving up at once, or waiting for days)."""
+    claims = iter(
+        [
+            httpx.Response(409, json=_problem(409, "retry_later", retry_after_ms=10**12)),
+            httpx.Response(409, json=_problem(409, "operation_closed")),
+        ]
+    )
+    envelope = {"status": "cancelled", "code": "cancelled", "message": "m"}
+
+    def handler(request):
+        path = request.url.path
+        if path.endswith("/operations"):
+            return httpx.Response(201, json={"id": "op_1", "status": "ready", "attempt": None})
+        if path.endswith("/attempts"):
+            return next(claims)
+        if path.endswith("/tool-result"):
+            return httpx.Response(200, json=envelope)
+        return httpx.Response(200, json={"id": "op_1", "status": "cancelled"})
+
+    waits = []
+    options = {"run": "run_1", "tool": "refund", "operation_key": "k", "arguments": {}}
+    if flavor == "sync":
+        client = _client(handler, max_retry_wait_s=0.5)
+        runner = Runner(client, sleep=waits.append)
+        result = runner.execute(call=lambda ctx: None, **options)
+    else:
+
+        async def hold(seconds):
+            waits.append(seconds)
+
+        async def main():
+            async with AsyncEffectgateClient(
+                "http://effectgate.test",
+                "egr_token",
+                transport=httpx.MockTransport(handler),
+                max_retry_wait_s=0.5,
+            ) as client:
+                return await AsyncRunner(client, sleep=hold).execute(
+                    call=lambda ctx: None, **options
+                )
+
+        result = asyncio.run(main())
+    assert waits == [0.5]
+    assert result.status == "cancelled"
