@@ -63,8 +63,10 @@ from .errors import (
     NotUnknown,
     ProblemError,
     TransportError,
+    UnexpectedResponse,
     inactive_contract_message,
     problem_from_response,
+    request_id_of,
 )
 
 logger = logging.getLogger(__name__)
@@ -72,6 +74,11 @@ logger = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
 # Answers after which repeating the same call is both safe (see above) and useful.
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+# The largest answer body read (Effectgate's are far smaller); beyond it the answer is
+# dropped unread and the call raises ``UnexpectedResponse``.
+MAX_RESPONSE_BYTES = 8 * 1024 * 1024
+# The longest one wait before a repeat may last, whatever ``Retry-After`` asks.
+MAX_RETRY_WAIT_S = 60.0
 
 T = TypeVar("T")
 
@@ -90,6 +97,55 @@ class Send:
     params: dict[str, Any] | None = None
 
 
+def _too_large(response: httpx.Response, limit: int) -> UnexpectedResponse:
+    return UnexpectedResponse(
+        response.status_code,
+        f"the answer's body is larger than max_response_bytes ({limit}); not read",
+        request_id=request_id_of(response),
+    )
+
+
+def _declared_too_large(response: httpx.Response, limit: int) -> bool:
+    declared = response.headers.get("Content-Length", "")
+    return declared.isdigit() and int(declared) > limit
+
+
+def _receive(http: httpx.Client, effect: Send, limit: int) -> httpx.Response:
+    """Send ``effect`` and read at most ``limit`` bytes of the answer's (decoded) body."""
+    request = http.build_request(effect.method, effect.path, json=effect.json, params=effect.params)
+    response = http.send(request, stream=True)
+    try:
+        if _declared_too_large(response, limit):
+            raise _too_large(response, limit)
+        body = bytearray()
+        for chunk in response.iter_bytes():
+            body += chunk
+            if len(body) > limit:
+                raise _too_large(response, limit)
+    finally:
+        response.close()
+    response._content = bytes(body)
+    return response
+
+
+async def _areceive(http: httpx.AsyncClient, effect: Send, limit: int) -> httpx.Response:
+    """``_receive`` over an ``httpx.AsyncClient``."""
+    request = http.build_request(effect.method, effect.path, json=effect.json, params=effect.params)
+    response = await http.send(request, stream=True)
+    try:
+        if _declared_too_large(response, limit):
+            raise _too_large(response, limit)
+        body = bytearray()
+        async for chunk in response.aiter_bytes():
+            body += chunk
+            if len(body) > limit:
+                raise _too_large(response, limit)
+    finally:
+        await response.aclose()
+    response._content = bytes(body)
+    return response
+
+
 @dataclass(frozen=True)
 class Pause:
     """Effect: the client's wait before repeating a call."""
@@ -100,13 +156,16 @@ class Pause:
 class ClientSettings(TypedDict, total=False):
     """The settings both clients take (defaults in ``_ClientCore``): the timeout of a
     request, how often one call is repeated after a lost answer, the backoff between
-    repeats, the User-Agent."""
+    repeats, the User-Agent, the largest answer read, the longest wait a
+    ``Retry-After`` (or ``retry_after_ms``) may ask for."""
 
     timeout: float
     max_retries: int
     backoff_base_s: float
     backoff_max_s: float
     user_agent: str
+    max_response_bytes: int
+    max_retry_wait_s: float
 
 
 class RegisterFields(TypedDict):
@@ -188,6 +247,8 @@ class _ClientCore:
         backoff_base_s: float = 0.05,
         backoff_max_s: float = 2.0,
         user_agent: str = f"effectgate-client/{__version__}",
+        max_response_bytes: int = MAX_RESPONSE_BYTES,
+        max_retry_wait_s: float = MAX_RETRY_WAIT_S,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         # What ``AsyncEffectgateClient.like`` needs to make a client with these settings.
@@ -198,7 +259,11 @@ class _ClientCore:
             "backoff_base_s": backoff_base_s,
             "backoff_max_s": backoff_max_s,
             "user_agent": user_agent,
+            "max_response_bytes": max_response_bytes,
+            "max_retry_wait_s": max_retry_wait_s,
         }
+        self.max_response_bytes = max_response_bytes
+        self.max_retry_wait_s = max_retry_wait_s
         self.max_retries = max_retries
         self.backoff_base_s = backoff_base_s
         self.backoff_max_s = backoff_max_s
@@ -259,7 +324,8 @@ class _ClientCore:
                     raise error
                 self.stats[f"status:{response.status_code}"] += 1
                 if isinstance(error, ProblemError) and error.retry_after_ms is not None:
-                    wait = error.retry_after_ms / 1000
+                    # Bounded: an answer cannot park the caller for hours.
+                    wait = min(error.retry_after_ms / 1000, self.max_retry_wait_s)
             logger.debug("repeating %s %s (try %d)", method, path, retry + 2)
             yield Pause(wait if wait is not None else self._backoff_s(retry))
             retry += 1
@@ -344,7 +410,9 @@ class EffectgateClient(_ClientCore):
     ``max_retries`` (default 6) bounds how often one call is repeated after a lost
     answer; waits between repeats follow capped exponential backoff with full jitter
     (``backoff_base_s`` 0.05 doubling up to ``backoff_max_s`` 2), or Effectgate's
-    ``Retry-After`` when it sends one. ``timeout`` (10 s) bounds each request;
+    ``Retry-After`` when it sends one, at most ``max_retry_wait_s`` (60) each.
+    ``timeout`` (10 s) bounds each request; an answer's body larger than
+    ``max_response_bytes`` (8 MiB) is not read and raises ``UnexpectedResponse``.
     ``user_agent`` names the caller. ``sleep`` is injectable for tests.
     """
 
@@ -374,9 +442,7 @@ class EffectgateClient(_ClientCore):
 
     def _perform(self, effect: Any) -> Any:
         if isinstance(effect, Send):
-            return self._http.request(
-                effect.method, effect.path, json=effect.json, params=effect.params
-            )
+            return _receive(self._http, effect, self.max_response_bytes)
         if isinstance(effect, Pause):
             return self.sleep(effect.seconds)
         raise TypeError(f"not an effect of the client: {effect!r}")
@@ -560,9 +626,7 @@ class AsyncEffectgateClient(_ClientCore):
 
     async def _perform(self, effect: Any) -> Any:
         if isinstance(effect, Send):
-            return await self._http.request(
-                effect.method, effect.path, json=effect.json, params=effect.params
-            )
+            return await _areceive(self._http, effect, self.max_response_bytes)
         if isinstance(effect, Pause):
             return await self.sleep(effect.seconds)
         raise TypeError(f"not an effect of the client: {effect!r}")

@@ -17,6 +17,7 @@ name, so that a line of a runner's log finds the server's. It is in ``str()`` an
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
@@ -80,7 +81,8 @@ class TransportError(EffectgateError):
 
 
 class OutcomeNotRecorded(TransportError):
-    """The tool ran, but its outcome could not be posted: Effectgate was unreachable.
+    """The tool ran, but its outcome could not be posted: Effectgate was unreachable,
+    or still answered 429 or a 5xx after every repeat (``request_id``: the last answer's).
 
     Keep ``outcome`` and post it again with ``EffectgateClient.post_outcome`` when
     Effectgate answers: the same outcome is accepted again while the lease lasts and is
@@ -489,14 +491,14 @@ class PolicyInvalid(ProblemError):
 
 def _retry_after_ms(body: dict[str, Any], response: httpx.Response) -> int | None:
     value = body.get("retry_after_ms")
-    if isinstance(value, int | float) and value >= 0:
+    if isinstance(value, int | float) and value >= 0 and math.isfinite(value):
         return int(value)
     header = response.headers.get("Retry-After")
     if header is not None:
         try:
             return max(0, int(float(header) * 1000))
-        except ValueError:
-            return None  # an HTTP date: not something Effectgate sends
+        except (ValueError, OverflowError):
+            return None  # an HTTP date (not something Effectgate sends), or no number
     return None
 
 

@@ -44,6 +44,7 @@ import json
 import logging
 import math
 import random
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -52,7 +53,7 @@ from typing import Any, TypedDict, Unpack, cast
 
 from ._plan import Plan, adrive, drive, resolved
 from .answers import Attempt, Operation, ToolResult
-from .client import AsyncEffectgateClient, EffectgateClient, _ClientCore
+from .client import RETRY_STATUSES, AsyncEffectgateClient, EffectgateClient, _ClientCore
 from .errors import (
     ApprovalRequired,
     AttemptInProgress,
@@ -64,11 +65,13 @@ from .errors import (
     OperationClosed,
     OutcomeConflict,
     OutcomeNotRecorded,
+    ProblemError,
     ReconciliationRequired,
     RetryLater,
     StaleAttempt,
     Superseded,
     TransportError,
+    UnexpectedResponse,
 )
 from .outcomes import Succeeded, ToolOutcome
 from .waiters import AsyncPollingWaiter, AsyncWaiter, PollingWaiter, Waiter
@@ -86,6 +89,20 @@ TERMINAL = frozenset(
         "superseded",
     }
 )
+
+
+# How much of a tool's exception is posted (and logged): its class and a message with
+# URL credentials and query strings cut out, since an SDK's error may quote a key.
+EXCEPTION_DETAIL_CHARS = 200
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]*@")
+_URL_QUERY = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s?#]*)[?#][^\s]*")
+
+
+def exception_detail(exc: BaseException) -> str:
+    """What is told about a tool's (or undo's) exception: ``Class: message`` with the
+    userinfo and the query string of every URL in it removed, capped at 200 chars."""
+    message = _URL_QUERY.sub(r"\1", _URL_USERINFO.sub(r"\1", str(exc)))
+    return f"{type(exc).__name__}: {message}"[:EXCEPTION_DETAIL_CHARS]
 
 
 SAFE_INTEGER = 2**53 - 1
@@ -355,7 +372,7 @@ class _RunnerCore:
                     wait = random.uniform(0, min(high, low * 2**conflicts))  # noqa: S311
                     conflicts += 1
                 else:
-                    wait = (refusal.retry_after_ms or 1000) / 1000
+                    wait = min((refusal.retry_after_ms or 1000) / 1000, client.max_retry_wait_s)
                 if self.clock() + wait > deadline:
                     result.refusal = refusal.code
                     op = yield from client._get_operation_plan(op["id"])
@@ -421,12 +438,11 @@ class _RunnerCore:
             body = outcome.body()
         except Exception as exc:
             # Whatever went wrong, the request may have left: unknown, never "failed".
-            logger.exception("tool call %s #%d raised", op["id"], number)
-            body = {
-                "kind": "unknown",
-                "code": "runner_exception",
-                "detail": f"{type(exc).__name__}: {exc}"[:4000],
-            }
+            # Only the redacted detail is posted and logged (no traceback: it repeats
+            # the message, secrets and all).
+            detail = exception_detail(exc)
+            logger.error("tool call %s #%d raised %s", op["id"], number, detail)
+            body = {"kind": "unknown", "code": "runner_exception", "detail": detail}
         else:
             success = value if isinstance(value, Succeeded) else Succeeded(result=value)
             body = success.body()
@@ -447,12 +463,17 @@ class _RunnerCore:
             # Recorded as a late outcome (a late success still applies) or refused
             # because the attempt already has another outcome; the operation says which.
             return (yield from client._get_operation_plan(op["id"]))
-        except TransportError as exc:
+        except (TransportError, UnexpectedResponse, ProblemError) as exc:
+            # Unreachable, or still a 429/5xx after every repeat: the outcome is not
+            # recorded, and the caller must keep it.
+            if not isinstance(exc, TransportError) and exc.status not in RETRY_STATUSES:
+                raise
             raise OutcomeNotRecorded(
                 f"the outcome of {op['id']} attempt {number} could not be posted: {exc}",
                 operation_id=op["id"],
                 attempt=number,
                 outcome=body,
+                request_id=exc.request_id,
             ) from exc
 
     def _compensate_plan(
@@ -469,12 +490,9 @@ class _RunnerCore:
         try:
             evidence = yield _Invoke(undo, context, beat=False)
         except Exception as exc:
-            logger.exception("undo of %s failed", op["id"])
-            return (
-                yield from client._compensate_plan(
-                    op["id"], "failed", {"error": f"{type(exc).__name__}: {exc}"[:2000]}
-                )
-            )
+            detail = exception_detail(exc)
+            logger.error("undo of %s failed: %s", op["id"], detail)
+            return (yield from client._compensate_plan(op["id"], "failed", {"error": detail}))
         return (
             yield from client._compensate_plan(
                 op["id"],

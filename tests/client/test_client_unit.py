@@ -4,6 +4,7 @@ The tests of requests and repeats run with both clients (``flavor``): the
 asynchronous one must send the same requests and repeat them by the same rules."""
 
 import asyncio
+import http.server
 import inspect
 import re
 import subprocess
@@ -21,6 +22,7 @@ from effectgate_client import (
     AsyncEffectgateClient,
     AsyncNotifiedWaiter,
     AsyncPollingWaiter,
+    AsyncRunner,
     AttemptInProgress,
     BudgetExhausted,
     CompensationRequired,
@@ -34,6 +36,7 @@ from effectgate_client import (
     ProblemError,
     ReconciliationRequired,
     RetryLater,
+    Runner,
     ToolForbidden,
     TransportError,
     UnexpectedResponse,
@@ -450,3 +453,169 @@ def test_async_notified_waiter_ignores_other_operations_and_polls_when_nothing_c
 
     op = asyncio.run(main())
     assert (op["status"], client.reads) == ("ready", 3)
+
+
+class _HugeAnswers(http.server.BaseHTTPRequestHandler):
+    """``/declared``: a Content-Length of 1 GB; anything else: a chunked body of
+    ``TOTAL`` bytes, written until the client hangs up (``server.sent`` counts them)."""
+
+    TOTAL = 64 * 1024 * 1024
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if self.path.endswith("/declared"):
+            self.send_header("Content-Length", str(10**9))
+            self.end_headers()
+            return
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        chunk = b"[" + b"0," * 32767 + b"0]"
+        try:
+            while self.server.sent < self.TOTAL:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                self.server.sent += len(chunk)
+            self.wfile.write(b"0\r\n\r\n")
+        except OSError:
+            pass  # the client hung up
+        self.close_connection = True
+
+
+@pytest.fixture
+def huge_server():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HugeAnswers)
+    server.sent = 0
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+@FLAVORS
+@pytest.mark.parametrize("path", ["/declared", "/streamed"])
+def test_an_answer_larger_than_max_response_bytes_is_not_read(huge_server, flavor, path):
+    url = f"http://127.0.0.1:{huge_server.server_address[1]}"
+    limit = 1024 * 1024
+    if flavor == "sync":
+        client = EffectgateClient(url, "egr_token", max_response_bytes=limit)
+        call = lambda: client.request("GET", path)  # noqa: E731
+    else:
+        client = AsyncEffectgateClient(url, "egr_token", max_response_bytes=limit)
+
+        async def answer():
+            async with client:
+                return await client.request("GET", path)
+
+        call = lambda: asyncio.run(answer())  # noqa: E731
+    with pytest.raises(UnexpectedResponse) as caught:
+        call()
+    assert caught.value.status == 200
+    assert "max_response_bytes" in str(caught.value)
+    # Refused for its Content-Length, or cut off soon after the limit: never read whole.
+    assert huge_server.sent < _HugeAnswers.TOTAL / 4
+
+
+@FLAVORS
+def test_an_answer_within_max_response_bytes_is_read(flavor):
+    body = {"items": ["x" * 100] * 100}
+    client = _client(
+        lambda request: httpx.Response(200, json=body), flavor, max_response_bytes=20_000
+    )
+    assert client.get_run("run_1") == body
+    with pytest.raises(UnexpectedResponse):
+        _client(
+            lambda request: httpx.Response(200, json=body), flavor, max_response_bytes=5_000
+        ).get_run("run_1")
+
+
+@FLAVORS
+def test_each_wait_a_retry_after_asks_for_is_capped(flavor):
+    def answers():
+        return iter(
+            [
+                httpx.Response(503, json=_problem(503, "busy"), headers={"Retry-After": "86400"}),
+                httpx.Response(429, json=_problem(429, "rate_limited", retry_after_ms=10**12)),
+                # No number (infinite): the client's own backoff, below the cap.
+                httpx.Response(503, json=_problem(503, "busy"), headers={"Retry-After": "1e400"}),
+                httpx.Response(200, json={"ok": True}),
+            ]
+        )
+
+    waits = []
+    replies = answers()
+    assert _client(lambda r: next(replies), flavor, sleep=waits.append).get_run("r") == {"ok": True}
+    assert waits[:2] == [60.0, 60.0]
+    assert waits[2] <= 2.0
+
+    waits.clear()
+    replies = answers()
+    client = _client(lambda r: next(replies), flavor, sleep=waits.append, max_retry_wait_s=1.5)
+    assert client.get_run("r") == {"ok": True}
+    assert waits[:2] == [1.5, 1.5]
+
+
+def test_an_exception_detail_keeps_no_url_credentials_or_query_and_is_capped():
+    from effectgate_client.runner import exception_detail
+
+    error = ValueError(
+        "POST https://user:sk_live_abc@host/x?token=secret failed; "
+        "see http://key@other.example/a#k=v and ftp://h/p"
+    )
+    assert exception_detail(error) == (
+        "ValueError: POST https://host/x failed; see http://other.example/a and ftp://h/p"
+    )
+    assert len(exception_detail(RuntimeError("y" * 5000))) == 200
+
+
+@FLAVORS
+def test_executes_wait_for_a_claims_retry_after_ms_is_capped(flavor):
+    """A claim refused with an enormous ``retry_after_ms`` waits ``max_retry_wait_s``
+    and claims again (instead of giving up at once, or waiting for days)."""
+    claims = iter(
+        [
+            httpx.Response(409, json=_problem(409, "retry_later", retry_after_ms=10**12)),
+            httpx.Response(409, json=_problem(409, "operation_closed")),
+        ]
+    )
+    envelope = {"status": "cancelled", "code": "cancelled", "message": "m"}
+
+    def handler(request):
+        path = request.url.path
+        if path.endswith("/operations"):
+            return httpx.Response(201, json={"id": "op_1", "status": "ready", "attempt": None})
+        if path.endswith("/attempts"):
+            return next(claims)
+        if path.endswith("/tool-result"):
+            return httpx.Response(200, json=envelope)
+        return httpx.Response(200, json={"id": "op_1", "status": "cancelled"})
+
+    waits = []
+    options = {"run": "run_1", "tool": "refund", "operation_key": "k", "arguments": {}}
+    if flavor == "sync":
+        client = _client(handler, max_retry_wait_s=0.5)
+        runner = Runner(client, sleep=waits.append)
+        result = runner.execute(call=lambda ctx: None, **options)
+    else:
+
+        async def hold(seconds):
+            waits.append(seconds)
+
+        async def main():
+            async with AsyncEffectgateClient(
+                "http://effectgate.test",
+                "egr_token",
+                transport=httpx.MockTransport(handler),
+                max_retry_wait_s=0.5,
+            ) as client:
+                return await AsyncRunner(client, sleep=hold).execute(
+                    call=lambda ctx: None, **options
+                )
+
+        result = asyncio.run(main())
+    assert waits == [0.5]
+    assert result.status == "cancelled"

@@ -7,9 +7,12 @@ through ``Setup`` runs twice: with ``Runner`` and with ``AsyncRunner`` (over
 """
 
 import asyncio
+import json
+import logging
 import threading
 import time
 
+import httpx
 import pytest
 from django.db import connections
 from guardian.shortcuts import assign_perm
@@ -25,6 +28,7 @@ from effectgate_client import (
     NotAuthenticated,
     NotFound,
     NotSent,
+    OutcomeNotRecorded,
     PollingWaiter,
     Runner,
     Succeeded,
@@ -338,6 +342,76 @@ def test_any_other_exception_is_posted_as_unknown(setup):
     assert (attempt.status, attempt.outcome_code) == ("unknown", "runner_exception")
     assert "RuntimeError: socket exploded" in attempt.outcome["detail"]
     assert result.status == "outcome_unknown"
+
+
+def test_a_tool_exceptions_secrets_are_neither_posted_nor_logged(setup, caplog):
+    setup.tool("refund")
+    secret_url = "https://user:sk_live_abc@host/x?token=secret"
+    error = RuntimeError(f"POST {secret_url} failed: " + "x" * 1000)
+    with caplog.at_level(logging.DEBUG):
+        setup.execute("refund", Calls(error))
+    op = Operation.objects.get(runner=setup.api.runner)
+    outcome = op.attempt_set.get().outcome
+    assert outcome["detail"].startswith("RuntimeError: POST https://host/x failed: xxx")
+    assert len(outcome["detail"]) == 200
+    stored = json.dumps([outcome, *(event.data for event in _events(op.id))])
+    for secret in ("sk_live_abc", "token=secret", "user:sk"):
+        assert secret not in stored
+        assert secret not in caplog.text
+    assert "https://host/x failed" in caplog.text
+
+
+class AnswersOutcomeWith(LosingTransport):
+    """The live server for every request but an outcome, which gets ``answer`` (a
+    proxy in front of Effectgate that keeps failing) without reaching it."""
+
+    def __init__(self, answer):
+        super().__init__()
+        self.answer = answer
+
+    def handle_request(self, request):
+        if request.url.path.endswith("/outcome"):
+            self.sent.append(f"{request.method} {request.url.path}")
+            return self.answer()
+        return super().handle_request(request)
+
+    async def handle_async_request(self, request):
+        if request.url.path.endswith("/outcome"):
+            self.sent.append(f"{request.method} {request.url.path}")
+            return self.answer()
+        return await super().handle_async_request(request)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        lambda: httpx.Response(502, text="bad gateway", headers={"X-Request-Id": "req_last"}),
+        lambda: httpx.Response(
+            503,
+            json={"code": "unavailable", "status": 503, "title": "t", "request_id": "req_last"},
+        ),
+    ],
+    ids=["proxy-502", "problem-503"],
+)
+def test_an_outcome_still_refused_with_a_5xx_after_every_repeat_is_not_recorded(make_setup, answer):
+    setup = make_setup(transport=AnswersOutcomeWith(answer))
+    setup.tool("refund")
+    calls = Calls(Succeeded(downstream_id="re_1"))
+    with pytest.raises(OutcomeNotRecorded) as caught:
+        setup.execute("refund", calls)
+    op = Operation.objects.get(runner=setup.api.runner)
+    assert caught.value.operation_id == op.id
+    assert caught.value.attempt == 1
+    assert caught.value.outcome["kind"] == "succeeded"
+    assert caught.value.outcome["downstream_id"] == "re_1"
+    assert caught.value.request_id == "req_last"
+    outcome_line = f"POST /api/v1/operations/{op.id}/attempts/1/outcome"
+    assert setup.transport.sent.count(outcome_line) == setup.client.max_retries + 1
+    assert len(calls.contexts) == 1
+    # Nothing was recorded: the outcome is the caller's to post again.
+    assert op.attempt_set.get().status == "executing"
+    with EffectgateClient(setup.client.base_url, setup.api.token) as direct:
+        assert direct.post_outcome(op.id, 1, caught.value.outcome)["status"] == "succeeded"
 
 
 def test_reconciliation_wait_returns_once_a_probe_or_person_answers(make_setup):

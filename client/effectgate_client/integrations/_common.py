@@ -45,7 +45,10 @@ class OnLoop:
     its agent more than once). Either way the call runs on the loop: no thread.
 
     A contract that could not be registered when the adapter was made (an
-    ``AsyncRunner`` needs its loop) is registered before the first call.
+    ``AsyncRunner`` needs its loop) is registered before the first call: one
+    registration per loop that every call awaits, so none runs before it is done (and
+    under whatever version was active). A failed registration raises in every call
+    that awaited it, and the next call tries again; it is done once it succeeded.
     """
 
     def __init__(
@@ -66,6 +69,9 @@ class OnLoop:
         # a Runner that cannot be mirrored (a transport or a waiter of its own) is
         # refused here, not at the first call.
         self._unused: AsyncRunner | None = None
+        self._registering: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, asyncio.Task[Any]
+        ] = weakref.WeakKeyDictionary()
         if isinstance(runner, Runner):
             if mirror_now:
                 self._unused = AsyncRunner.like(runner)
@@ -83,9 +89,23 @@ class OnLoop:
                 self._mirrors[loop] = mirrored
             runner = mirrored
         if self._contract is not None:
-            contract, self._contract = self._contract, None
-            await runner.client.put_tool(self.name, contract, inactive="warn")
+            await self._register(runner, self._contract)
         return runner
+
+    async def _register(self, runner: AsyncRunner, contract: dict[str, Any]) -> None:
+        loop = asyncio.get_running_loop()
+        task = self._registering.get(loop)
+        if task is None:
+            task = loop.create_task(runner.client.put_tool(self.name, contract, inactive="warn"))
+            self._registering[loop] = task
+        try:
+            # Shielded: a caller cancelled while waiting does not cancel the others' wait.
+            await asyncio.shield(task)
+        except Exception:
+            if self._registering.get(loop) is task:
+                del self._registering[loop]  # the next call registers again
+            raise
+        self._contract = None
 
 
 def derived_key(*parts: Any) -> str:
