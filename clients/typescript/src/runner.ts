@@ -107,6 +107,24 @@ export class InvalidEdit extends EffectgateError {
 const FORBIDDEN_TOKENS: ReadonlySet<string> = new Set(["__proto__", "constructor", "prototype"]);
 const INDEX = /^(0|[1-9]\d*)$/;
 
+/** How long the text told about a tool's (or undo's) exception may be. */
+export const EXCEPTION_DETAIL_CHARS = 200;
+const URL_USERINFO = /\b([a-z][a-z0-9+.-]*:\/\/)[^/\s@?#]*@/gi;
+const URL_QUERY = /\b([a-z][a-z0-9+.-]*:\/\/[^\s?#]*)[?#]\S*/gi;
+
+/**
+ * What is told about a tool's (or undo's) exception, to Effectgate and to the log:
+ * `Name: message` with the userinfo and the query string of every URL in it removed,
+ * capped at 200 characters (an SDK's error may quote a key or a signed URL). The
+ * Python runner's `exception_detail` follows the same rules.
+ */
+export function exceptionDetail(error: unknown): string {
+  const name = error instanceof Error ? error.name : typeof error;
+  const message = error instanceof Error ? error.message : String(error);
+  const clean = message.replace(URL_USERINFO, "$1").replace(URL_QUERY, "$1");
+  return `${name}: ${clean}`.toWellFormed().replaceAll("\u0000", "").slice(0, EXCEPTION_DETAIL_CHARS);
+}
+
 function isPlainObject(value: unknown): value is Record<string, unknown> {
   if (value === null || typeof value !== "object" || Array.isArray(value)) return false;
   const proto = Object.getPrototypeOf(value);
@@ -473,14 +491,9 @@ export class Runner {
         body = error.body();
       } else {
         // Whatever went wrong, the request may have left: unknown, never "failed".
-        this.#log(`tool call ${op.id} #${number} threw: ${String(error)}`);
-        const name = error instanceof Error ? error.name : typeof error;
-        const message = error instanceof Error ? error.message : String(error);
-        body = {
-          kind: "unknown",
-          code: "runner_exception",
-          detail: `${name}: ${message}`.toWellFormed().replaceAll("\u0000", "").slice(0, 4000),
-        };
+        const detail = exceptionDetail(error);
+        this.#log(`tool call ${op.id} #${number} threw: ${detail}`);
+        body = { kind: "unknown", code: "runner_exception", detail };
       }
     } finally {
       await heartbeat.stop();
@@ -539,13 +552,9 @@ export class Runner {
     try {
       evidence = await undo(context);
     } catch (error) {
-      this.#log(`undo of ${op.id} failed: ${String(error)}`);
-      const name = error instanceof Error ? error.name : typeof error;
-      const message = error instanceof Error ? error.message : String(error);
-      return this.client.compensate(op.id, {
-        result: "failed",
-        evidence: { error: `${name}: ${message}`.toWellFormed().slice(0, 2000) },
-      });
+      const detail = exceptionDetail(error);
+      this.#log(`undo of ${op.id} failed: ${detail}`);
+      return this.client.compensate(op.id, { result: "failed", evidence: { error: detail } });
     }
     return this.client.compensate(op.id, {
       result: "committed",

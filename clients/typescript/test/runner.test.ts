@@ -14,7 +14,9 @@ import {
   Runner,
   Succeeded,
   Unknown,
+  EXCEPTION_DETAIL_CHARS,
   applyEdits,
+  exceptionDetail,
   type AttemptContext,
 } from "../src/index.js";
 import { env, liveClient, refundContract, refunds, toolName } from "./support.js";
@@ -133,6 +135,35 @@ test("anything else a tool throws is posted as unknown (runner_exception)", asyn
   assert.equal(result.status, "outcome_unknown");
   assert.equal(result.operation.error_code, "runner_exception");
   assert.match(result.operation.error_detail ?? "", /TypeError: socket hang up/);
+});
+
+test("a tool's exception reaches Effectgate and the log without URL credentials or queries", async () => {
+  const lines: string[] = [];
+  const { client, runner, run } = await setup({ log: (line: string) => lines.push(line) });
+  const tool = toolName("ts_throws_secret");
+  await client.putTool(tool, refundContract("irreversible", { reconcile: { mode: "manual" } }));
+  const secret = "https://user:sk_live_abc@host/x?token=secret";
+  const result = await runner.execute({
+    run,
+    tool,
+    operationKey: "k-throws-secret",
+    arguments: ARGS,
+    call: async () => {
+      throw new Error(`provider said no at ${secret} ${"x".repeat(1000)}`);
+    },
+  });
+  assert.equal(result.operation.error_code, "runner_exception");
+  const detail = result.operation.error_detail ?? "";
+  assert.match(detail, /^Error: provider said no at https:\/\/host\/x /);
+  assert.ok(detail.length <= EXCEPTION_DETAIL_CHARS, `${detail.length} characters`);
+  const events = JSON.stringify(await client.events(result.operation.id));
+  for (const text of [detail, events, lines.join("\n")]) {
+    for (const leak of ["sk_live_abc", "token=secret", "user:"]) {
+      assert.ok(!text.includes(leak), `${leak} leaked: ${text.slice(0, 300)}`);
+    }
+  }
+  assert.ok(lines.some((line) => line.includes("https://host/x")), lines.join("\n"));
+  assert.equal(exceptionDetail(new TypeError("a http://u:p@h/?q=1#f b")), "TypeError: a http://h/ b");
 });
 
 test("a retryable failure is retried under the same idempotency key", async () => {
