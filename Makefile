@@ -117,9 +117,10 @@ sweep: $(STAMP)
 # loop and @effectgate/client's Runner where npm installed clients/typescript
 # (CHAOS_ARGS=--no-ts: not); PostgreSQL when DATABASE_URL is
 # set (a database of its own, effectgate_chaos), else SQLite. bench: the lifecycle
-# through the API against its essential statements, claim contention, intent hashing,
-# pages and sweeps at SIZES, the transparency log's sealer (PostgreSQL);
-# BENCH_ARGS='--only lifecycle' for the first alone (about a minute), '--only review' for
+# through the API against its essential statements and the DBOS peer (single and in
+# batches), claim contention, intent hashing, pages and sweeps at SIZES, the transparency
+# log's sealer (PostgreSQL); BENCH_ARGS='--only lifecycle' for the first alone (two to
+# three minutes), '--only review' for
 # a person's time in the console (chromium), '--only seal' for the sealer's cost.
 # soak: processes killed at random (docs/operations.md).
 # bench-decide: keystrokes and seconds of one and ten approvals

@@ -1,6 +1,7 @@
 """``make bench``: what Effectgate costs, measured on this machine in one run.
 
     python -m bench.bench [--only lifecycle] [--threads 8] [--lifecycles 320]
+                          [--batch-sizes 5,20] [--batch-effects 640]
                           [--sizes 10000,1000000] [--database effectgate_bench]
                           [--review-requests 10] [--review-unknowns 5]
                           [--seal-events 100000] [--seal-batch 10000]
@@ -12,7 +13,11 @@ a. The lifecycle a runner goes through for every side effect (register with an i
    the REST API under gunicorn, which counts the statements it sends
    (``bench.gunicorn_conf``). Throughput, latency per step, statements and CPU time
    per lifecycle (app, PostgreSQL, client), and which statements the API sends beyond
-   the essential ones (``bench.lifecycle``).
+   the essential ones (``bench.lifecycle``). Beside them the durable-execution peer,
+   DBOS (``bench.dbos_anchor``: a workflow with one step per effect, in this process, on
+   a system database of its own, ``--database`` with ``_dbos``), and per effect the API's
+   throughput over DBOS's and the essential anchor's, single and in batches
+   (``--batch-sizes``).
 e. 16 registrations with an inline claim at the same instant, in one run against one
    run each.
 b. Claim contention: K runners claim the same few hot operations at the same instant
@@ -37,7 +42,7 @@ i. The transparency log's sealer: ``--seal-events`` events written, then appende
    log ``--seal-batch`` at a time with a checkpoint signed after each pass, in wall and
    CPU time per 10,000 events; and the proofs read at that size (``bench.seal``).
 
-``--only lifecycle`` runs a and e alone (about a minute); ``--only`` repeats. PostgreSQL
+``--only lifecycle`` runs a and e alone (two to three minutes); ``--only`` repeats. PostgreSQL
 only (the raw-psycopg paths need it): a fresh database (``--database``, default
 ``effectgate_bench``) on the server of ``DATABASE_URL``, or on
 postgres://postgres@127.0.0.1:5432 without it. Figures go to stdout and
@@ -68,7 +73,7 @@ from . import parallel as parallel_part
 from . import policies as policies_part
 from . import review_speed as review_part
 from . import seal as seal_part
-from .stack import VAR, Stack, fresh_database, is_postgres
+from .stack import VAR, Stack, fresh_database, is_postgres, with_database
 from .timing import latency_ms
 
 DEFAULT_SERVER = "postgres://postgres@127.0.0.1:5432/postgres"
@@ -346,6 +351,12 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
         "--threads", type=int, default=8, help="K client threads per lifecycle path"
     )
     parser.add_argument("--lifecycles", type=int, default=320, help="per lifecycle path")
+    parser.add_argument(
+        "--batch-sizes",
+        default="5,20",
+        help="effects per batch for the per-effect comparison, comma-separated",
+    )
+    parser.add_argument("--batch-effects", type=int, default=640, help="effects per batch path (a)")
     parser.add_argument("--parallel-threads", type=int, default=16)
     parser.add_argument("--parallel-rounds", type=int, default=8)
     parser.add_argument("--hot-threads", type=int, default=16)
@@ -410,11 +421,14 @@ def _served_parts(args: argparse.Namespace, parts: set[str], url: str, report: d
                 report["lifecycle"] = lifecycle_part.lifecycle(
                     base_url=stack.base_url,
                     database_url=url,
+                    peer_database_url=with_database(url, f"{args.database}_dbos"[:63]),
                     gunicorn_pid=stack.gunicorn_pid,
                     trace_dir=trace_dir,
                     threads=args.threads,
                     lifecycles=args.lifecycles,
                     contract=_contract(),
+                    batch_sizes=tuple(int(size) for size in args.batch_sizes.split(",") if size),
+                    batch_effects=args.batch_effects,
                 )
                 print("(e) parallel registrations", file=sys.stderr)
                 report["parallel_registrations"] = parallel_part.parallel_registrations(
@@ -520,6 +534,10 @@ def headline(life: dict[str, Any], parallel: dict[str, Any]) -> dict[str, Any]:
             name: path["statements_per_lifecycle"] for name, path in paths.items()
         },
         "parallel_in_one_run_vs_spread": parallel["ratio"],
+        # Per effect, the API's throughput over DBOS's and the essential anchor's
+        # ("single", "batch_5", ...; null where the API has no batch endpoint).
+        "api_over_dbos": life["peer"]["api_over_dbos"],
+        "api_over_essential": life["peer"]["api_over_essential"],
     }
 
 

@@ -43,6 +43,15 @@ from .columns import unnamed_defaults
 from .lifecycle_sql import EVENT_COLUMNS, OP_COLUMNS, Statements, new_operation_row
 
 GENESIS = "0" * 64
+# The compare-and-set of several outcomes: ``{values}`` is one ``(%s::text,
+# %s::integer, %s::text)`` per outcome (id, attempt, downstream id).
+BATCH_OUTCOME = (
+    "UPDATE operations_operation o SET status = 'succeeded', lease_until = NULL, "
+    "downstream_id = v.downstream_id, status_changed_at = %s, updated_at = %s "
+    "FROM (VALUES {values}) AS v(id, attempts, downstream_id) "
+    "WHERE o.id = v.id AND o.status = 'executing' AND o.attempts = v.attempts "
+    "RETURNING o.id"
+)
 
 
 def _iso(value: datetime) -> str:
@@ -67,7 +76,7 @@ class EssentialRunner(Statements):
         # The last (seq, hash) of each operation's stream this runner wrote.
         self._chain: dict[str, tuple[int, str]] = {}
 
-    def _event(
+    def _event_row(
         self,
         op_id: str,
         run_id: str,
@@ -76,7 +85,8 @@ class EssentialRunner(Statements):
         target: str,
         now: datetime,
         data: dict[str, Any],
-    ) -> None:
+    ) -> dict[str, Any]:
+        """The next event of ``op_id``'s stream, chained to the last one this runner wrote."""
         seq, prev = self._chain.get(op_id, (0, GENESIS))
         seq += 1
         digest = sha256_hex(
@@ -92,28 +102,39 @@ class EssentialRunner(Statements):
                 "prev": prev,
             }
         )
-        self._insert(
-            "operations_event",
-            {
-                "stream": op_id,
-                "seq": seq,
-                "kind": kind,
-                "operation_id": op_id,
-                "run_id": run_id,
-                "tool_name": self.tool,
-                "from_status": source,
-                "to_status": target,
-                "actor": self.actor,
-                "actor_runner_id": self.runner_id,
-                "at": now,
-                "data": json.dumps(data),
-                "prev_hash": prev,
-                "hash": digest,
-                "mac": event_mac(digest),
-                **self.extra_event,
-            },
-        )
         self._chain[op_id] = (seq, digest)
+        return {
+            "stream": op_id,
+            "seq": seq,
+            "kind": kind,
+            "operation_id": op_id,
+            "run_id": run_id,
+            "tool_name": self.tool,
+            "from_status": source,
+            "to_status": target,
+            "actor": self.actor,
+            "actor_runner_id": self.runner_id,
+            "at": now,
+            "data": json.dumps(data),
+            "prev_hash": prev,
+            "hash": digest,
+            "mac": event_mac(digest),
+            **self.extra_event,
+        }
+
+    def _event(
+        self,
+        op_id: str,
+        run_id: str,
+        kind: str,
+        source: str,
+        target: str,
+        now: datetime,
+        data: dict[str, Any],
+    ) -> None:
+        self._insert(
+            "operations_event", self._event_row(op_id, run_id, kind, source, target, now, data)
+        )
 
     def register(self, *, run_id: str, principal: str, key: str, arguments: dict[str, Any]) -> str:
         op_id = new_id("op")
@@ -195,3 +216,120 @@ class EssentialRunner(Statements):
                 {"attempt": number, "outcome": body},
             )
         self._chain.pop(op_id, None)
+
+    # --- batches: the same facts for several effects, in two transactions ---------------------
+
+    def register_claim_batch(
+        self,
+        *,
+        run_id: str,
+        principal: str,
+        items: list[tuple[str, dict[str, Any]]],
+        lease_s: int = 30,
+    ) -> list[tuple[str, int]]:
+        """Register ``items`` (operation key, arguments) and claim each one's first attempt
+        in one transaction of four statements: one multi-row ``INSERT`` of the operations,
+        already ``executing`` (as the inline claim does), ``ON CONFLICT DO NOTHING
+        RETURNING id``, so that a key already taken leaves the others in, then one
+        ``INSERT`` of the ``registered`` and ``claimed`` events of those inserted. The
+        (operation, attempt) pairs of those inserted, in order."""
+        now = datetime.now(UTC)
+        lease_until = now + timedelta(seconds=lease_s)
+        rows = []
+        facts = {}
+        for key, arguments in items:
+            op_id = new_id("op")
+            digest = intent_hash(tool=self.tool, arguments=arguments, principal=principal)
+            facts[op_id] = (key, digest)
+            rows.append(
+                {
+                    **new_operation_row(
+                        op_id=op_id,
+                        runner_id=self.runner_id,
+                        run_id=run_id,
+                        tool=self.tool,
+                        version_id=self.version_id,
+                        key=key,
+                        arguments=json.dumps(arguments),
+                        intent_hash=digest,
+                        principal=principal,
+                        now=now,
+                    ),
+                    **self.extra_op,
+                    "status": "executing",
+                    "attempts": 1,
+                    "lease_until": lease_until,
+                }
+            )
+        with self._transaction():
+            inserted = {
+                op_id for (op_id,) in self._insert_many("operations_operation", rows).fetchall()
+            }
+            events = []
+            for op_id, (key, digest) in facts.items():
+                if op_id not in inserted:
+                    continue
+                events.append(
+                    self._event_row(
+                        op_id,
+                        run_id,
+                        "registered",
+                        "",
+                        "ready",
+                        now,
+                        {"tool": self.tool, "operation_key": key, "intent_hash": digest},
+                    )
+                )
+                events.append(
+                    self._event_row(
+                        op_id,
+                        run_id,
+                        "claimed",
+                        "ready",
+                        "executing",
+                        now,
+                        {"attempt": 1, "lease_until": _iso(lease_until)},
+                    )
+                )
+            if events:
+                self._insert_many("operations_event", events, conflict=False)
+        return [(op_id, 1) for op_id in facts if op_id in inserted]
+
+    def outcome_batch(
+        self, *, run_id: str, outcomes: list[tuple[str, int, dict[str, Any]]]
+    ) -> list[str]:
+        """Record each (operation, attempt, outcome) in one transaction of four
+        statements: one compare-and-set ``UPDATE ... FROM (VALUES ...)`` that moves only
+        the operations still ``executing`` that attempt (``RETURNING`` says which), then
+        one ``INSERT`` of their ``outcome`` events. The operations recorded."""
+        now = datetime.now(UTC)
+        values = ", ".join(["(%s::text, %s::integer, %s::text)"] * len(outcomes))
+        params: list[Any] = [now, now]
+        for op_id, number, body in outcomes:
+            params += [op_id, number, body.get("downstream_id", "")]
+        with self._transaction():
+            moved = {
+                op_id
+                for (op_id,) in self._x(
+                    BATCH_OUTCOME.format(values=values),
+                    params,
+                ).fetchall()
+            }
+            events = [
+                self._event_row(
+                    op_id,
+                    run_id,
+                    "outcome",
+                    "executing",
+                    "succeeded",
+                    now,
+                    {"attempt": number, "outcome": body},
+                )
+                for op_id, number, body in outcomes
+                if op_id in moved
+            ]
+            if events:
+                self._insert_many("operations_event", events, conflict=False)
+        for op_id in moved:
+            self._chain.pop(op_id, None)
+        return [op_id for op_id, _, _ in outcomes if op_id in moved]

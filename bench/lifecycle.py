@@ -1,10 +1,10 @@
 """(a) The lifecycle against its essential statements.
 
 One lifecycle is what a runner does for every side effect: register the operation
-and claim its first attempt in the same request, then post the attempt's outcome. Four
-paths do it on the same database, K client threads each, every thread with a runner,
-a tool and a run of its own (the runner made with ``services.runner_create``, the tool
-and the run through the API):
+and claim its first attempt in the same request, then post the attempt's outcome. Five
+paths do it, K client threads each; those of Effectgate's tables on the same database,
+every thread with a runner, a tool and a run of its own (the runner made with
+``services.runner_create``, the tool and the run through the API):
 
 - ``essential``: the twelve statements that must reach PostgreSQL
   (``bench.essential``), over raw psycopg;
@@ -13,14 +13,24 @@ and the run through the API):
 - ``unprepared``: the same replica without server-side prepared statements, so that
   PostgreSQL parses and plans every statement, as it does for Django (which binds
   parameters on the client): what preparing would save;
+- ``dbos``: the durable-execution peer (``bench.dbos_anchor``): one DBOS workflow with
+  one step per effect, in this process, on a system database of its own on the same
+  server;
 - ``api``: the REST API under gunicorn, whose workers count the statements each request
   sends (``bench.gunicorn_conf``).
 
-Each path runs twice, in the order listed and then in reverse, half the lifecycles each
-time, so that a change in the machine's load during the run weighs on all alike. For
-each: throughput, latency per step, statements per lifecycle, and the CPU time per
-lifecycle of the app (gunicorn's processes), of PostgreSQL (the backends of the bench
-database) and of the client (this process), from ``/proc`` (``bench.procstat``). One
+Then per effect, for batches of several effects (the parallel tool calls of one model
+turn): ``essential_x5`` is the essential statements of 5 effects in two transactions,
+``dbos_x5`` one workflow with 5 steps, ``api_x5`` the API's batch requests (the hook
+``api_batch_phase``; "n/a" while the API has none); and the same for 20.
+
+Each path (the batches too) runs twice, in the order listed and then in reverse, half
+the lifecycles each time, so that a change in the machine's load during the run weighs
+on all alike. For each: throughput, latency per step, statements per lifecycle, and the
+CPU time per lifecycle of the app (gunicorn's processes), of PostgreSQL (the backends of
+the bench database) and of the client (this process), from ``/proc``
+(``bench.procstat``). DBOS runs in the client's process, so its app is this process and
+its client nothing apart; its PostgreSQL is the backends of its own database. One
 traced lifecycle of each path gives the statements by name, and the API's beyond the
 essential ones.
 """
@@ -43,6 +53,7 @@ import psycopg
 from effectgate_client import EffectgateClient
 
 from . import procstat
+from .dbos_anchor import PING, DbosPeer
 from .essential import EssentialRunner
 from .gunicorn_conf import CPU_HEADER, STATEMENTS_HEADER, TRACE_HEADER
 from .lifecycle_sql import SqlRunner
@@ -52,13 +63,29 @@ from .timing import latency_ms, on_threads
 PRINCIPAL = "user:bench"
 LEASE_S = 30
 WARM_PER_THREAD = 10
-ORDER = ("essential", "replica", "unprepared", "api")
+ORDER = ("essential", "replica", "unprepared", "dbos", "api")
 STEPS = {
     "essential": ("register", "claim", "outcome"),
     "replica": ("register_claim", "outcome"),
     "unprepared": ("register_claim", "outcome"),
+    "dbos": ("workflow",),
     "api": ("register_claim", "outcome"),
 }
+# The paths compared per effect, single and in batches; the API's batches go through
+# ``api_batch_phase``.
+PEERS = ("essential", "dbos", "api")
+BATCH_SIZES = (5, 20)
+NO_BATCH_ENDPOINT = "n/a (no batch endpoint)"
+
+
+def batch_path(kind: str, size: int) -> str:
+    """The name of a batch path: ``essential_x5``, ``dbos_x20``, ``api_x5``."""
+    return f"{kind}_x{size}"
+
+
+def batch_size(name: str) -> int:
+    """Effects per batch of the path ``name``; 0 for a path of single calls."""
+    return int(name.rsplit("_x", 1)[1]) if "_x" in name else 0
 
 
 @dataclass(frozen=True)
@@ -111,25 +138,37 @@ class CpuMeter:
     shared processes (WAL writer, checkpointer), which also work for other databases.
     """
 
-    def __init__(self, url: str, gunicorn_pid: int) -> None:
+    def __init__(self, url: str, gunicorn_pid: int, peer_database: str = "") -> None:
         self.conn = psycopg.connect(url, autocommit=True)
         self.gunicorn_pid = gunicorn_pid
+        self.database = self.conn.info.dbname
+        self.peer_database = peer_database
 
     def close(self) -> None:
         self.conn.close()
 
-    def _backends(self) -> list[int]:
+    def _backends(self, database: str) -> list[int]:
         rows = self.conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
-            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s "
+            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()",
+            (database,),
         ).fetchall()
         return [pid for (pid,) in rows]
 
-    def read(self) -> dict[str, dict[int, int]]:
+    def read(self, *, in_process: bool = False) -> dict[str, dict[int, int]]:
+        """The three groups' ticks. ``in_process``: the app is a library in this process
+        (DBOS) on the peer's database, so the app is this process and the client no
+        process apart."""
+        if in_process:
+            return {
+                "app": procstat.cpu_ticks([os.getpid()]),
+                "postgres": procstat.cpu_ticks(self._backends(self.peer_database)),
+                "client": {},
+            }
         app = [self.gunicorn_pid, *procstat.children(self.gunicorn_pid)]
         return {
             "app": procstat.cpu_ticks(app),
-            "postgres": procstat.cpu_ticks(self._backends()),
+            "postgres": procstat.cpu_ticks(self._backends(self.database)),
             "client": procstat.cpu_ticks([os.getpid()]),
         }
 
@@ -161,6 +200,11 @@ class Phase:
     per_lifecycle_statements: dict[int, int] = field(default_factory=dict)
     # The API only: CPU ms its requests spent inside the Django application, per step.
     django_cpu_ms: dict[str, float] = field(default_factory=dict)
+    # Effects per batch (1: single calls); ``lifecycles`` counts effects, and
+    # ``per_lifecycle_statements`` is then per batch.
+    batch: int = 1
+    # The app runs in the client's process (DBOS): its CPU is the app's.
+    in_process: bool = False
 
     def add(self, other: Phase) -> None:
         self.wall_s += other.wall_s
@@ -177,6 +221,8 @@ class Phase:
             )
         for step, ms in other.django_cpu_ms.items():
             self.django_cpu_ms[step] = self.django_cpu_ms.get(step, 0.0) + ms
+        self.batch = other.batch
+        self.in_process = other.in_process
 
     def report(self) -> dict[str, Any]:
         per = {group: round(ms / self.lifecycles, 2) for group, ms in self.cpu_ms.items()}
@@ -187,9 +233,11 @@ class Phase:
             "lifecycles_s": round(self.lifecycles / self.wall_s, 1),
             "steps": {step: latency_ms(values) for step, values in self.steps.items()},
             "statements_per_lifecycle": round(self.statements / self.lifecycles, 2),
-            "statements_per_lifecycle_seen": {
+            f"statements_per_{'lifecycle' if self.batch == 1 else 'batch'}_seen": {
                 str(count): times for count, times in sorted(self.per_lifecycle_statements.items())
             },
+            **({"batch": self.batch} if self.batch > 1 else {}),
+            **({"in_process": True} if self.in_process else {}),
             "cpu_ms": {group: round(ms) for group, ms in self.cpu_ms.items()},
             "cpu_ms_per_lifecycle": per,
             "postgres_backends_lost": self.backends_lost,
@@ -206,12 +254,16 @@ class Phase:
         }
 
 
-def _collect(per_thread: list[tuple[dict[str, list[float]], list[int]]], wall: float) -> Phase:
-    phase = Phase(wall_s=wall)
+def _collect(
+    per_thread: list[tuple[dict[str, list[float]], list[int]]], wall: float, batch: int = 1
+) -> Phase:
+    """A phase from its threads' step latencies and statement counts (one count per
+    lifecycle, or per batch of ``batch`` effects)."""
+    phase = Phase(wall_s=wall, batch=batch)
     for steps, counts in per_thread:
         for step, values in steps.items():
             phase.steps.setdefault(step, []).extend(values)
-        phase.lifecycles += len(counts)
+        phase.lifecycles += len(counts) * batch
         phase.statements += sum(counts)
         for count in counts:
             phase.per_lifecycle_statements[count] = phase.per_lifecycle_statements.get(count, 0) + 1
@@ -336,6 +388,120 @@ def replica_phase(runners: list[SqlRunner], seats: list[Seat], per_thread: int, 
     return _collect(per_thread_results, time.perf_counter() - started)
 
 
+def dbos_phase(peer: DbosPeer, threads: int, per_thread: int, tag: str) -> Phase:
+    """Each effect one DBOS workflow of one step, its workflow id the operation key."""
+
+    def thread(index: int) -> tuple[dict[str, list[float]], list[int]]:
+        steps: dict[str, list[float]] = {"workflow": []}
+        counts = []
+        for n in range(per_thread):
+            before = peer.statements
+            t0 = time.perf_counter()
+            downstream = peer.one(f"{tag}-{index}-{n}", _arguments(index, n))
+            t1 = time.perf_counter()
+            assert downstream == f"re_{index}_{n}", downstream
+            steps["workflow"].append(t1 - t0)
+            counts.append(peer.statements - before)
+        return steps, counts
+
+    started = time.perf_counter()
+    per_thread_results = on_threads(threads, thread)
+    phase = _collect(per_thread_results, time.perf_counter() - started)
+    phase.in_process = True
+    return phase
+
+
+# --- batches of effects ----------------------------------------------------------------------
+
+
+def _batch_arguments(index: int, n: int, size: int) -> list[dict[str, Any]]:
+    return [_arguments(index, n * size + i) for i in range(size)]
+
+
+def essential_batch_phase(
+    runners: list[EssentialRunner], seats: list[Seat], per_thread: int, tag: str, size: int
+) -> Phase:
+    """Batches of ``size`` effects in the essential statements: register and claim all in
+    one transaction, the outcomes of all in another (``EssentialRunner.*_batch``)."""
+
+    def thread(index: int) -> tuple[dict[str, list[float]], list[int]]:
+        seat, sql = seats[index], runners[index]
+        steps: dict[str, list[float]] = {"register_claim": [], "outcome": []}
+        counts = []
+        for n in range(per_thread):
+            arguments = _batch_arguments(index, n, size)
+            before = sql.statements
+            t0 = time.perf_counter()
+            claimed = sql.register_claim_batch(
+                run_id=seat.run_id,
+                principal=seat.principal,
+                items=[(f"{tag}-{index}-{n}-{i}", args) for i, args in enumerate(arguments)],
+                lease_s=LEASE_S,
+            )
+            t1 = time.perf_counter()
+            assert len(claimed) == size, claimed
+            done = sql.outcome_batch(
+                run_id=seat.run_id,
+                outcomes=[
+                    (op_id, number, {"kind": "succeeded", "downstream_id": f"re_{index}_{n}_{i}"})
+                    for i, (op_id, number) in enumerate(claimed)
+                ],
+            )
+            t2 = time.perf_counter()
+            assert len(done) == size, done
+            steps["register_claim"].append(t1 - t0)
+            steps["outcome"].append(t2 - t1)
+            counts.append(sql.statements - before)
+        return steps, counts
+
+    started = time.perf_counter()
+    per_thread_results = on_threads(len(seats), thread)
+    return _collect(per_thread_results, time.perf_counter() - started, batch=size)
+
+
+def dbos_batch_phase(peer: DbosPeer, threads: int, per_thread: int, tag: str, size: int) -> Phase:
+    """Batches of ``size`` effects as DBOS writes them: one workflow with ``size`` steps."""
+
+    def thread(index: int) -> tuple[dict[str, list[float]], list[int]]:
+        steps: dict[str, list[float]] = {"workflow": []}
+        counts = []
+        for n in range(per_thread):
+            arguments = _batch_arguments(index, n, size)
+            before = peer.statements
+            t0 = time.perf_counter()
+            downstream = peer.batch(f"{tag}-{index}-{n}", arguments)
+            t1 = time.perf_counter()
+            assert len(downstream) == size, downstream
+            steps["workflow"].append(t1 - t0)
+            counts.append(peer.statements - before)
+        return steps, counts
+
+    started = time.perf_counter()
+    per_thread_results = on_threads(threads, thread)
+    phase = _collect(per_thread_results, time.perf_counter() - started, batch=size)
+    phase.in_process = True
+    return phase
+
+
+def api_batch_phase(
+    clients: list[httpx.Client], seats: list[Seat], per_thread: int, tag: str, size: int
+) -> Phase | None:
+    """THE HOOK FOR THE API'S BATCHES: ``per_thread`` batches of ``size`` effects per
+    seat through the batch endpoints, or None while the API has none (the table then
+    prints "n/a (no batch endpoint)" and ``var/bench.json`` holds null).
+
+    What it is to do once ``POST /api/v1/operations`` takes a list: per batch, one
+    request registering ``size`` operations of the seat's run, each with its own
+    operation key (``f"{tag}-{index}-{n}-{i}"``), ``_batch_arguments(index, n, size)``
+    and an inline claim (``{"lease_s": LEASE_S}``); then one request posting the
+    ``size`` outcomes (``succeeded``, ``downstream_id`` ``f"re_{index}_{n}_{i}"``); assert
+    every item's answer; steps ``register_claim`` and ``outcome`` per batch; the
+    statement count per batch from both responses' ``STATEMENTS_HEADER``, the Django CPU
+    from their ``CPU_HEADER``; and return ``_collect(..., batch=size)`` as
+    ``api_phase`` does. The essential counterpart is ``essential_batch_phase``."""
+    return None
+
+
 # --- one traced lifecycle of each path -------------------------------------------------------
 
 
@@ -388,6 +554,39 @@ def trace_essential(sql: EssentialRunner, seat: Seat) -> dict[str, list[str]]:
     return {"register": register, "claim": claim, "outcome": outcome}
 
 
+def trace_essential_batch(sql: EssentialRunner, seat: Seat, size: int) -> dict[str, list[str]]:
+    claimed, register_claim = _logged(
+        sql,
+        lambda: sql.register_claim_batch(
+            run_id=seat.run_id,
+            principal=seat.principal,
+            items=[(f"traced-x{size}-{i}", _arguments(0, i)) for i in range(size)],
+        ),
+    )
+    _, outcome = _logged(
+        sql,
+        lambda: sql.outcome_batch(
+            run_id=seat.run_id,
+            outcomes=[(op_id, number, {"kind": "succeeded"}) for op_id, number in claimed],
+        ),
+    )
+    return {"register_claim": register_claim, "outcome": outcome}
+
+
+def dbos_labels(statements: list[str]) -> list[str]:
+    """Short names of DBOS's statements: its tables without their schema (``dbos.``), the
+    workflow's last statement (an UPDATE and an INSERT in a ``WITH``) by both."""
+    named = []
+    for sql in statements:
+        if sql == PING:
+            named.append(sql)
+        elif sql.startswith("WITH updated AS (UPDATE dbos.workflow_status"):
+            named.append("WITH (UPDATE workflow_status, INSERT workflow_output) SELECT")
+        else:
+            named.append(labels([sql.replace("dbos.", "")])[0])
+    return named
+
+
 def trace_replica(sql: SqlRunner, seat: Seat) -> dict[str, list[str]]:
     (op_id, number), register = _logged(
         sql,
@@ -408,14 +607,21 @@ def lifecycle(
     *,
     base_url: str,
     database_url: str,
+    peer_database_url: str,
     gunicorn_pid: int,
     trace_dir: Path,
     threads: int,
     lifecycles: int,
     contract: dict[str, Any],
+    batch_sizes: tuple[int, ...] = BATCH_SIZES,
+    batch_effects: int | None = None,
 ) -> dict[str, Any]:
+    """Part (a). ``peer_database_url``: DBOS's system database, made afresh;
+    ``batch_effects``: effects per batch path (default twice ``lifecycles``)."""
     per_thread = max(2, lifecycles // threads)
     halves = (per_thread // 2, per_thread - per_thread // 2)
+    batch_effects = batch_effects or 2 * lifecycles
+    batches = {size: max(2, round(batch_effects / (threads * size))) for size in batch_sizes}
     print(f"(a) lifecycle: runners, tools and runs for {threads} threads per path", file=sys.stderr)
     seats = {
         name: make_seats(base_url, count=threads, tag=name, contract=contract)
@@ -442,39 +648,77 @@ def lifecycle(
         for name in ("replica", "unprepared")
     }
     clients = [api_client(base_url, seat) for seat in seats["api"]]
-    meter = CpuMeter(database_url, gunicorn_pid)
-    run = {
+    print("(a) lifecycle: DBOS on its own system database", file=sys.stderr)
+    peer = DbosPeer(peer_database_url)
+    # DBOS's background threads (its notifier wakes every 10 ms) run in this process
+    # through every phase: what they cost idle is in every path's client figure.
+    idle_started = time.process_time()
+    time.sleep(1)
+    dbos_idle_ms = (time.process_time() - idle_started) * 1000
+    meter = CpuMeter(database_url, gunicorn_pid, peer_database=peer_database_url.rsplit("/", 1)[1])
+    run: dict[str, Any] = {
         "essential": lambda n, tag: essential_phase(essential, seats["essential"], n, tag),
         "replica": lambda n, tag: replica_phase(replicas["replica"], seats["replica"], n, tag),
         "unprepared": lambda n, tag: replica_phase(
             replicas["unprepared"], seats["unprepared"], n, tag
         ),
+        "dbos": lambda n, tag: dbos_phase(peer, threads, n, tag),
         "api": lambda n, tag: api_phase(clients, seats["api"], n, tag),
     }
+    for size in batch_sizes:
+        run[batch_path("essential", size)] = lambda n, tag, size=size: essential_batch_phase(
+            essential, seats["essential"], n, tag, size
+        )
+        run[batch_path("dbos", size)] = lambda n, tag, size=size: dbos_batch_phase(
+            peer, threads, n, tag, size
+        )
+        run[batch_path("api", size)] = lambda n, tag, size=size: api_batch_phase(
+            clients, seats["api"], n, tag, size
+        )
+    order = [*ORDER, *(batch_path(kind, size) for size in batch_sizes for kind in PEERS)]
     try:
-        # Warm every path up (gunicorn's threads and connections, prepared statements),
-        # then trace one lifecycle of each.
-        for name in ORDER:
-            run[name](WARM_PER_THREAD, f"warm-{name}")
+        # Warm every path up (gunicorn's threads and connections, prepared statements,
+        # DBOS's pool), then trace one lifecycle of each. A batch path that answers None
+        # (the API without batch endpoints) is left out.
+        for name in order:
+            size = batch_size(name)
+            warm = run[name](2 if size else WARM_PER_THREAD, f"warm-{name}")
+            if warm is None:
+                run.pop(name)
+        order = [name for name in order if name in run]
         traces = {
             "essential": trace_essential(essential[0], seats["essential"][0]),
             "replica": trace_replica(replicas["replica"][0], seats["replica"][0]),
             "api": trace_api(clients[0], seats["api"][0], trace_dir),
         }
+        batch_traces = {
+            batch_path("essential", size): trace_essential_batch(
+                essential[0], seats["essential"][0], size
+            )
+            for size in batch_sizes
+        }
+        dbos_trace = peer.traced("traced", _arguments(0, 0))
         print(
-            f"(a) lifecycle: {per_thread * threads} per path, {threads} threads",
+            f"(a) lifecycle: {per_thread * threads} per path, {threads} threads; batches of "
+            + ", ".join(f"{size} ({batches[size] * threads * size} effects)" for size in batches),
             file=sys.stderr,
         )
-        paths = {name: Phase() for name in ORDER}
-        for half, order in enumerate((ORDER, tuple(reversed(ORDER)))):
-            for name in order:
-                before = meter.read()
-                phase = run[name](halves[half], f"{name}-{half}")
-                after = meter.read()
+        paths = {name: Phase() for name in order}
+        for half, sequence in enumerate((order, list(reversed(order)))):
+            for name in sequence:
+                size = batch_size(name)
+                count = (
+                    halves[half] if not size else batches[size] // 2 + half * (batches[size] % 2)
+                )
+                in_process = name.startswith("dbos")
+                before = meter.read(in_process=in_process)
+                phase = run[name](count, f"{name}-{half}")
+                after = meter.read(in_process=in_process)
                 phase.cpu_ms, phase.backends_lost = meter.spent(before, after)
                 paths[name].add(phase)
     finally:
         meter.close()
+        peer.close()
         for http in clients:
             http.close()
         for sql in (*essential, *replicas["replica"], *replicas["unprepared"]):
@@ -484,15 +728,19 @@ def lifecycle(
         name: {step: labels(statements) for step, statements in trace.items()}
         for name, trace in traces.items()
     }
+    named["dbos"] = {"workflow": dbos_labels(dbos_trace)}
+    for name, trace in batch_traces.items():
+        named[name] = {step: labels(statements) for step, statements in trace.items()}
     flat = {name: [label for step in named[name].values() for label in step] for name in named}
     usual = {
         name: Counter(paths[name].per_lifecycle_statements).most_common(1)[0][0] for name in ORDER
     }
+    reports = {name: paths[name].report() for name in order}
     return {
         "threads": threads,
         "lifecycles_per_path": per_thread * threads,
-        "order": ", ".join(ORDER) + ", then in reverse (half the lifecycles each)",
-        "paths": {name: paths[name].report() for name in ORDER},
+        "order": ", ".join(order) + ", then in reverse (half the lifecycles each)",
+        "paths": reports,
         "statements": named,
         "api_beyond_essential": beyond(flat["api"], flat["essential"]),
         "essential_beyond_api": beyond(flat["essential"], flat["api"]),
@@ -500,7 +748,44 @@ def lifecycle(
         "usual_statements": usual,
         "traced_statements": {name: len(labels) for name, labels in flat.items()},
         "replica_matches_api": usual["replica"] == usual["api"],
+        "peer": per_effect(reports, batch_sizes),
+        "dbos_idle_cpu_ms_per_s": round(dbos_idle_ms, 1),
     }
+
+
+def per_effect(reports: dict[str, dict[str, Any]], batch_sizes: tuple[int, ...]) -> dict:
+    """Throughput, statements and CPU per effect of the essential anchor, DBOS and the
+    API, single and in batches, and the API's throughput over the other two's (None
+    where the API has no batch path)."""
+    sizes: dict[str, dict[str, Any]] = {}
+    over: dict[str, dict[str, float | None]] = {"api_over_dbos": {}, "api_over_essential": {}}
+    for size in (1, *batch_sizes):
+        label = "single" if size == 1 else f"batch_{size}"
+        row = {}
+        for kind in PEERS:
+            path = reports.get(kind if size == 1 else batch_path(kind, size))
+            row[kind] = (
+                None
+                if path is None
+                else {
+                    "effects_s": path["lifecycles_s"],
+                    "statements_per_effect": path["statements_per_lifecycle"],
+                    "cpu_ms_per_effect": path["cpu_ms_per_lifecycle"],
+                    **({"in_process": True} if path.get("in_process") else {}),
+                }
+            )
+        sizes[label] = row
+        api = row["api"]
+        for key, other in (
+            ("api_over_dbos", row["dbos"]),
+            ("api_over_essential", row["essential"]),
+        ):
+            over[key][label] = (
+                None
+                if api is None or other is None
+                else round(api["effects_s"] / other["effects_s"], 3)
+            )
+    return {"sizes": sizes, **over}
 
 
 # --- the table ---------------------------------------------------------------------------------
@@ -522,7 +807,7 @@ def table(life: dict[str, Any]) -> list[str]:
             f"    {name:<12}{path['lifecycles_s']:>13.1f}"
             f"{essential_rate / path['lifecycles_s']:>13.2f}"
             f"{path['statements_per_lifecycle']:>12.1f}"
-            f"{cpu['app']:>27.2f}{cpu['postgres']:>10.2f}{cpu['client']:>8.2f}{cpu['total']:>8.2f}"
+            f"{cpu['app']:>27.2f}{cpu['postgres']:>10.2f}{_client(path):>8}{cpu['total']:>8.2f}"
         )
     lines.append("    latency p50 / p99 ms per step:")
     for name in ORDER:
@@ -559,4 +844,59 @@ def table(life: dict[str, Any]) -> list[str]:
             "    essential statements the API does not send: "
             + ", ".join(life["essential_beyond_api"])
         )
+    return lines + peer_table(life)
+
+
+def _client(path: dict[str, Any]) -> str:
+    """The client's CPU cell: "in app" where the app runs in the client's process."""
+    return "in app" if path.get("in_process") else f"{path['cpu_ms_per_lifecycle']['client']:.2f}"
+
+
+def _ratio(value: float | None) -> str:
+    return NO_BATCH_ENDPOINT if value is None else f"{value:.2f}"
+
+
+def peer_table(life: dict[str, Any]) -> list[str]:
+    """Per effect: the API against DBOS and the essential anchor, single and batched."""
+    peer = life.get("peer")
+    if not peer:
+        return []
+    lines = [
+        "(a) per effect, against the durable-execution peer (DBOS, one workflow step per"
+        " effect, in the client's process) and the essential anchor",
+        f"    {'batch':<8}{'path':<11}{'effects/s':>10}{'statements':>12}"
+        f"{'CPU ms per effect: app':>24}{'postgres':>10}{'client':>8}{'total':>8}",
+    ]
+    for label, row in peer["sizes"].items():
+        size = "1" if label == "single" else label.removeprefix("batch_")
+        for kind, path in row.items():
+            if path is None:
+                lines.append(f"    {size:<8}{kind:<11}{NO_BATCH_ENDPOINT:>10}")
+                continue
+            cpu = path["cpu_ms_per_effect"]
+            client = "in app" if path.get("in_process") else f"{cpu['client']:.2f}"
+            lines.append(
+                f"    {size:<8}{kind:<11}{path['effects_s']:>10.1f}"
+                f"{path['statements_per_effect']:>12.2f}{cpu['app']:>24.2f}"
+                f"{cpu['postgres']:>10.2f}{client:>8}{cpu['total']:>8.2f}"
+            )
+    for key, name in (("api_over_dbos", "api / DBOS"), ("api_over_essential", "api / essential")):
+        lines.append(
+            f"    throughput {name}: "
+            + ", ".join(
+                f"{'single' if label == 'single' else 'x' + label.removeprefix('batch_')}"
+                f" {_ratio(value)}"
+                for label, value in peer[key].items()
+            )
+        )
+    if "dbos_idle_cpu_ms_per_s" in life:
+        lines.append(
+            f"    DBOS's background threads, idle: {life['dbos_idle_cpu_ms_per_s']:.1f} ms of CPU"
+            " per second (in this process: in every path's client figure)"
+        )
+    dbos = life.get("statements", {}).get("dbos")
+    if dbos:
+        lines.append("    what DBOS sends for one effect (its traced workflow):")
+        for label, count in Counter(dbos["workflow"]).most_common():
+            lines.append(f"      {count} x {label}")
     return lines

@@ -146,6 +146,20 @@ class Statements:
             list(columns.values()),
         )
 
+    def _insert_many(
+        self, table: str, rows: list[dict[str, Any]], *, conflict: bool = True
+    ) -> psycopg.Cursor:
+        """One ``INSERT`` of ``rows`` (all with the same columns); with ``conflict``, rows
+        that break a unique constraint are skipped (``ON CONFLICT DO NOTHING``) and the
+        ids of those inserted come back (``RETURNING id``)."""
+        names = ", ".join(rows[0])
+        row = "(" + ", ".join(["%s"] * len(rows[0])) + ")"
+        tail = " ON CONFLICT DO NOTHING RETURNING id" if conflict else ""
+        return self._x(
+            f"INSERT INTO {table} ({names}) VALUES {', '.join([row] * len(rows))}{tail}",  # noqa: S608
+            [value for columns in rows for value in columns.values()],
+        )
+
 
 class SqlRunner(Statements):
     """One runner's requests, replayed as the service's statements."""

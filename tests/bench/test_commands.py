@@ -81,8 +81,11 @@ def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
 
     life = report["lifecycle"]
     paths = life["paths"]
-    assert set(paths) == {"essential", "replica", "unprepared", "api"}
-    assert all(paths[name]["lifecycles"] == 40 for name in paths)
+    single = {"essential", "replica", "unprepared", "dbos", "api"}
+    batches = {"essential_x5", "dbos_x5", "essential_x20", "dbos_x20"}
+    assert set(paths) == single | batches
+    assert all(paths[name]["lifecycles"] == 40 for name in single)
+    assert all(paths[name]["lifecycles"] > 0 for name in batches)
     assert paths["essential"]["statements_per_lifecycle"] == 12
     # The replica replays what the API sends, the throttle's count included.
     assert life["replica_matches_api"], life["usual_statements"]
@@ -135,6 +138,84 @@ def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
     assert report["sealer_ms_per_10000_events"] > 0
     assert "the replica's statement count differs" not in output
     assert "event chain head on the row was" not in output
+
+
+@skip_unless_postgresql("the lifecycle bench needs PostgreSQL (its raw-SQL paths are psycopg's)")
+def test_make_bench_lifecycle_measures_dbos_and_batches_per_effect(tmp_path):
+    """``--only lifecycle`` with tiny sizes: DBOS beside the essential anchor and the API,
+    per effect single and in batches of 5 and 20, every figure there and above zero (no
+    threshold: the figures are the bench's to report, not the suite's to judge)."""
+    figures = tmp_path / "bench.json"
+    database = _database("lifecycle")
+    done = _make(
+        "bench",
+        env={**os.environ, "DATABASE_URL": _server_url()},
+        BENCH_ARGS=(
+            f"--only lifecycle --database {database} --json {figures} --lifecycles 8 "
+            "--threads 2 --batch-sizes 5,20 --batch-effects 40 "
+            "--parallel-threads 2 --parallel-rounds 1"
+        ),
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-5000:]
+    report = json.loads(figures.read_text())
+    life = report["lifecycle"]
+    paths = life["paths"]
+    assert set(paths) == {
+        "essential",
+        "replica",
+        "unprepared",
+        "dbos",
+        "api",
+        "essential_x5",
+        "dbos_x5",
+        "essential_x20",
+        "dbos_x20",
+    }
+    # Two threads, at least two batches each, half in each direction.
+    assert paths["dbos"]["lifecycles"] == 8
+    assert paths["dbos_x5"]["lifecycles"] == paths["essential_x5"]["lifecycles"] == 2 * 4 * 5
+    assert paths["dbos_x20"]["lifecycles"] == paths["essential_x20"]["lifecycles"] == 2 * 2 * 20
+    assert paths["dbos"]["in_process"]
+    assert paths["dbos_x20"]["batch"] == 20
+    # The essential batch: two transactions of four statements, whatever its size.
+    assert paths["essential_x5"]["statements_per_batch_seen"] == {"8": 2 * 4}
+    assert paths["essential_x20"]["statements_per_lifecycle"] == 0.4
+    sizes = life["peer"]["sizes"]
+    assert list(sizes) == ["single", "batch_5", "batch_20"]
+    for label, row in sizes.items():
+        for kind in ("essential", "dbos"):
+            effect = row[kind]
+            assert effect["effects_s"] > 0, (label, kind)
+            assert effect["statements_per_effect"] > 0, (label, kind)
+            assert effect["cpu_ms_per_effect"]["total"] > 0, (label, kind)
+            assert effect["cpu_ms_per_effect"]["postgres"] >= 0, (label, kind)
+        assert row["dbos"]["cpu_ms_per_effect"]["app"] > 0, label
+        assert row["dbos"]["cpu_ms_per_effect"]["client"] == 0, label  # in the app's
+    assert sizes["single"]["api"]["effects_s"] > 0
+    # A workflow and its step: each commits, so DBOS sends BEGIN and COMMIT pairs.
+    dbos_trace = life["statements"]["dbos"]["workflow"]
+    assert dbos_trace.count("BEGIN") == dbos_trace.count("COMMIT") > 0
+    assert "INSERT operation_outputs RETURNING" in dbos_trace
+    assert paths["dbos"]["statements_per_lifecycle"] >= len(dbos_trace) - 1
+    assert life["dbos_idle_cpu_ms_per_s"] >= 0
+    for key in ("api_over_dbos", "api_over_essential"):
+        assert report[key]["single"] > 0
+        # The API has no batch endpoint (yet): no ratio, and the table says so.
+        assert report[key]["batch_5"] is None
+        assert report[key]["batch_20"] is None
+    for line in (
+        "(a) per effect, against the durable-execution peer (DBOS",
+        "    1       dbos     ",
+        "    20      essential",
+        "    20      api        n/a (no batch endpoint)",
+        "throughput api / DBOS: single ",
+        "throughput api / essential: single ",
+        "what DBOS sends for one effect (its traced workflow):",
+        "DBOS's background threads, idle: ",
+        f"written to {figures}",
+    ):
+        assert line in output, line
 
 
 def test_make_chaos_loses_and_duplicates_nothing_and_is_never_throttled(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 
 from bench import gunicorn_conf, procstat
 from bench.bench import headline, summary
-from bench.lifecycle import Phase, table
+from bench.lifecycle import Phase, per_effect, table
 from bench.parallel import table as parallel_table
 from bench.statements import beyond, labels, statement_label
 
@@ -283,15 +283,27 @@ def test_spent_counts_new_processes_whole_and_reports_the_ones_that_ended():
 # --- the report ----------------------------------------------------------------------------------
 
 
-def phase(wall_s, lifecycles, statements, cpu):
+def phase(wall_s, lifecycles, statements, cpu, *, batch=1, in_process=False):
     return Phase(
         wall_s=wall_s,
         lifecycles=lifecycles,
         statements=statements * lifecycles,
         steps={"outcome": [0.01] * lifecycles},
         cpu_ms=cpu,
-        per_lifecycle_statements={statements: lifecycles},
+        per_lifecycle_statements={statements * batch: lifecycles // batch},
+        batch=batch,
+        in_process=in_process,
     )
+
+
+def test_a_batch_phase_reports_per_effect_and_counts_per_batch():
+    report = phase(2.0, 100, 0.4, {"app": 0.0, "postgres": 50.0, "client": 50.0}, batch=20).report()
+
+    assert report["lifecycles_s"] == 50.0
+    assert report["batch"] == 20
+    assert report["statements_per_lifecycle"] == 0.4
+    assert report["statements_per_batch_seen"] == {"8.0": 5}
+    assert report["cpu_ms_per_lifecycle"]["total"] == 1.0
 
 
 def test_phases_add_up_and_report_per_lifecycle():
@@ -317,17 +329,46 @@ def test_headline_and_table_from_a_report():
         "essential": phase(1.0, 200, 12, {"app": 0.0, "postgres": 600.0, "client": 700.0}),
         "replica": phase(2.0, 200, 41, {"app": 0.0, "postgres": 1600.0, "client": 1600.0}),
         "unprepared": phase(3.0, 200, 41, {"app": 0.0, "postgres": 3600.0, "client": 1600.0}),
+        "dbos": phase(
+            4.0, 200, 17, {"app": 1000.0, "postgres": 400.0, "client": 0.0}, in_process=True
+        ),
         "api": phase(20.0, 200, 41, {"app": 13000.0, "postgres": 3800.0, "client": 3000.0}),
+        "essential_x5": phase(
+            0.5, 200, 1.6, {"app": 0.0, "postgres": 200.0, "client": 200.0}, batch=5
+        ),
+        "dbos_x5": phase(
+            2.0,
+            200,
+            11.4,
+            {"app": 800.0, "postgres": 200.0, "client": 0.0},
+            batch=5,
+            in_process=True,
+        ),
     }
     paths["api"].django_cpu_ms = {"register_claim": 4000.0, "outcome": 2000.0}
+    reports = {name: p.report() for name, p in paths.items()}
     life = {
         "threads": 8,
         "lifecycles_per_path": 200,
-        "paths": {name: p.report() for name, p in paths.items()},
+        "paths": reports,
+        "peer": per_effect(reports, (5,)),
+        "statements": {"dbos": {"workflow": ["BEGIN", "INSERT workflow_status", "COMMIT"]}},
         "api_beyond_essential": ["SELECT 1 (connection health check)"] * 2,
         "essential_beyond_api": ["BEGIN", "COMMIT"],
-        "usual_statements": {"essential": 12, "replica": 41, "unprepared": 41, "api": 41},
-        "traced_statements": {"essential": 12, "replica": 41, "unprepared": 41, "api": 42},
+        "usual_statements": {
+            "essential": 12,
+            "replica": 41,
+            "unprepared": 41,
+            "dbos": 17,
+            "api": 41,
+        },
+        "traced_statements": {
+            "essential": 12,
+            "replica": 41,
+            "unprepared": 41,
+            "dbos": 17,
+            "api": 42,
+        },
         "replica_matches_api": True,
     }
     parallel = {
@@ -347,8 +388,16 @@ def test_headline_and_table_from_a_report():
         "essential": 12,
         "replica": 41,
         "unprepared": 41,
+        "dbos": 17,
         "api": 41,
+        "essential_x5": 1.6,
+        "dbos_x5": 11.4,
     }
+    # Per effect: the API's throughput (10/s) over DBOS's (50/s) and the anchor's (200/s);
+    # no API batch path, so no ratio for batches.
+    assert figures["api_over_dbos"] == {"single": 0.2, "batch_5": None}
+    assert figures["api_over_essential"] == {"single": 0.05, "batch_5": None}
+    assert figures["cpu_ms_per_lifecycle"]["dbos"]["total"] == 7.0
     assert figures["cpu_ms_per_lifecycle"]["api"] == {
         "app": 65.0,
         "postgres": 19.0,
@@ -363,6 +412,13 @@ def test_headline_and_table_from_a_report():
     assert "in the traced lifecycle (42 statements; most sent 41):" in text
     assert "essential statements the API does not send: BEGIN, COMMIT" in text
     assert "parallel_in_one_run_vs_spread 1.5" in text
+    assert "    dbos                 50.0         4.00        17.0" in text
+    assert "in app" in text
+    assert "    5       api        n/a (no batch endpoint)" in text
+    assert "    5       dbos            100.0       11.40" in text
+    assert "throughput api / DBOS: single 0.20, x5 n/a (no batch endpoint)" in text
+    assert "throughput api / essential: single 0.05, x5 n/a (no batch endpoint)" in text
+    assert "      1 x INSERT workflow_status" in text
     assert (
         summary({"lifecycle": life, "parallel_registrations": parallel})
         .strip()
