@@ -486,20 +486,67 @@ def dbos_batch_phase(peer: DbosPeer, threads: int, per_thread: int, tag: str, si
 def api_batch_phase(
     clients: list[httpx.Client], seats: list[Seat], per_thread: int, tag: str, size: int
 ) -> Phase | None:
-    """THE HOOK FOR THE API'S BATCHES: ``per_thread`` batches of ``size`` effects per
-    seat through the batch endpoints, or None while the API has none (the table then
-    prints "n/a (no batch endpoint)" and ``var/bench.json`` holds null).
+    """Batches of ``size`` effects through the API's batch endpoints: per batch, one
+    ``POST /operations`` with ``size`` registrations of the seat's run, each with its own
+    operation key and an inline claim, then one ``POST /runs/{run}/outcomes`` with the
+    ``size`` outcomes. The essential counterpart is ``essential_batch_phase``."""
 
-    What it is to do once ``POST /api/v1/operations`` takes a list: per batch, one
-    request registering ``size`` operations of the seat's run, each with its own
-    operation key (``f"{tag}-{index}-{n}-{i}"``), ``_batch_arguments(index, n, size)``
-    and an inline claim (``{"lease_s": LEASE_S}``); then one request posting the
-    ``size`` outcomes (``succeeded``, ``downstream_id`` ``f"re_{index}_{n}_{i}"``); assert
-    every item's answer; steps ``register_claim`` and ``outcome`` per batch; the
-    statement count per batch from both responses' ``STATEMENTS_HEADER``, the Django CPU
-    from their ``CPU_HEADER``; and return ``_collect(..., batch=size)`` as
-    ``api_phase`` does. The essential counterpart is ``essential_batch_phase``."""
-    return None
+    def thread(index: int) -> tuple[dict[str, list[float]], list[int]]:
+        seat, http = seats[index], clients[index]
+        steps: dict[str, list[float]] = {"register_claim": [], "outcome": []}
+        counts = []
+        django_us: Counter[str] = Counter()
+        for n in range(per_thread):
+            arguments = _batch_arguments(index, n, size)
+            t0 = time.perf_counter()
+            registered = http.post(
+                "/operations",
+                json=[
+                    {
+                        "run": seat.run_id,
+                        "tool": seat.tool,
+                        "operation_key": f"{tag}-{index}-{n}-{i}",
+                        "arguments": args,
+                        "claim": {"lease_s": LEASE_S},
+                    }
+                    for i, args in enumerate(arguments)
+                ],
+            )
+            t1 = time.perf_counter()
+            assert registered.status_code == 200, registered.text
+            items = registered.json()["results"]
+            assert len(items) == size, items
+            outcomes = []
+            for i, item in enumerate(items):
+                assert item["status"] == 201, item
+                op = item["operation"]
+                assert op["attempt"] is not None, op
+                outcomes.append(
+                    {
+                        "operation": op["id"],
+                        "attempt": op["attempt"]["attempt"],
+                        "kind": "succeeded",
+                        "downstream_id": f"re_{index}_{n}_{i}",
+                    }
+                )
+            done = http.post(f"/runs/{seat.run_id}/outcomes", json=outcomes)
+            t2 = time.perf_counter()
+            assert done.status_code == 200, done.text
+            assert [item["status"] for item in done.json()["results"]] == [200] * size, done.text
+            steps["register_claim"].append(t1 - t0)
+            steps["outcome"].append(t2 - t1)
+            counts.append(sum(int(r.headers[STATEMENTS_HEADER]) for r in (registered, done)))
+            for step, response in (("register_claim", registered), ("outcome", done)):
+                django_us[step] += int(response.headers[CPU_HEADER])
+        django_cpu_us.append(django_us)
+        return steps, counts
+
+    django_cpu_us: list[Counter[str]] = []
+    started = time.perf_counter()
+    per_thread_results = on_threads(len(seats), thread)
+    phase = _collect(per_thread_results, time.perf_counter() - started, batch=size)
+    phase.django_cpu_ms = {step: us / 1000 for step, us in sum(django_cpu_us, Counter()).items()}
+    return phase
 
 
 # --- one traced lifecycle of each path -------------------------------------------------------
