@@ -11,7 +11,8 @@ import jsonschema
 import pytest
 from django.test import override_settings
 from django.urls import resolve
-from hypothesis import HealthCheck, given, settings as hypothesis_settings
+from hypothesis import HealthCheck, given
+from hypothesis import settings as hypothesis_settings
 from hypothesis import strategies as st
 from rest_framework.exceptions import ValidationError
 from rest_framework.test import APIClient
@@ -263,8 +264,10 @@ def test_throttling_counts_a_batch_as_its_items_alike(db, settings):
         answers.append((two, two_more))
     assert answers[0] == answers[1]
     (two, two_more) = answers[0]
-    assert two[0] == 200 and [item["status"] for item in two[2]["results"]] == [400, 400]
-    assert two_more[0] == 429 and two_more[2]["code"] == "rate_limited"
+    assert two[0] == 200
+    assert [item["status"] for item in two[2]["results"]] == [400, 400]
+    assert two_more[0] == 429
+    assert two_more[2]["code"] == "rate_limited"
 
 
 def test_successes_are_answered_alike(api):
