@@ -6,7 +6,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.contrib import messages
@@ -49,7 +49,7 @@ class _ApiHandler(BaseHandler):
         self._view_middleware: list[Any] = []
         self._template_response_middleware: list[Any] = []
         self._exception_middleware: list[Any] = []
-        handler = convert_exception_to_response(self._get_response)
+        handler = convert_exception_to_response(self._get_response)  # type: ignore[attr-defined]
         for middleware_path in reversed(paths):
             instance = import_string(middleware_path)(handler)
             if hasattr(instance, "process_view"):
@@ -60,7 +60,7 @@ class _ApiHandler(BaseHandler):
                 self._exception_middleware.append(instance.process_exception)
             handler = convert_exception_to_response(instance)
         self._middleware_chain = handler
-        return handler
+        return cast(Callable[[HttpRequest], HttpResponse], handler)
 
 
 class ApiStackMiddleware:

@@ -18,7 +18,7 @@ two to each other on generated bodies).
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from django.core import validators as django_validators
 from rest_framework import serializers
@@ -57,7 +57,7 @@ def _validated(check: Check, field: serializers.Field) -> Check:
         converted = check(value)
         for validator in found:
             try:
-                validator(converted)
+                cast(Any, validator)(converted)
             except Exception as refused:
                 raise _Undecided from refused
         return converted

@@ -20,7 +20,7 @@ through the DRF view too.
 """
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
@@ -39,6 +39,8 @@ COMPILED: dict[type[StrictSerializer], Compiled] = {
     cls: Compiled(cls) for cls in (OperationIn, LeaseIn, OutcomeIn, OutcomeItemIn)
 }
 RENDERER = JSONRenderer()
+# DRF's configured classes (its stubs type the settings as strings).
+_settings = cast(Any, api_settings)
 
 
 def validate(serializer_class: type[StrictSerializer], raw: Any) -> dict[str, Any]:
@@ -88,14 +90,14 @@ def _cost(request: Request) -> int:
 def _admitted(request: Request) -> Runner:
     """``APIView.initial``'s checks after content negotiation, in its order."""
     request.user  # noqa: B018 (authenticates: a refused token raises here)
-    for permission in api_settings.DEFAULT_PERMISSION_CLASSES:
+    for permission in _settings.DEFAULT_PERMISSION_CLASSES:
         if not permission().has_permission(request, ENDPOINT):
             if request.authenticators and not request.successful_authenticator:
                 raise drf.NotAuthenticated()
             raise drf.PermissionDenied()
     waits = []
     cost = _cost(request)
-    for throttle_class in api_settings.DEFAULT_THROTTLE_CLASSES:
+    for throttle_class in _settings.DEFAULT_THROTTLE_CLASSES:
         throttle = throttle_class()
         throttle.cost = cost
         if not throttle.allow_request(request, ENDPOINT):
@@ -103,7 +105,7 @@ def _admitted(request: Request) -> Runner:
     if waits:
         known = [wait for wait in waits if wait is not None]
         raise drf.Throttled(max(known, default=None))
-    return request.user
+    return cast(Runner, request.user)
 
 
 Handler = Callable[[Request, Runner, dict[str, Any]], answers.Answer]
@@ -119,12 +121,13 @@ def lean(drf_view: Callable[..., HttpResponse], handler: Handler, allow: str) ->
             return drf_view(http, **kwargs)
         request = Request(
             http,
-            parsers=[parser() for parser in api_settings.DEFAULT_PARSER_CLASSES],
-            authenticators=[auth() for auth in api_settings.DEFAULT_AUTHENTICATION_CLASSES],
+            parsers=[parser() for parser in _settings.DEFAULT_PARSER_CLASSES],
+            authenticators=[auth() for auth in _settings.DEFAULT_AUTHENTICATION_CLASSES],
         )
         media_type = None
         try:
-            renderer, media_type = request.negotiator.select_renderer(request, [RENDERER])
+            negotiator = cast(Any, request.negotiator)
+            renderer, media_type = negotiator.select_renderer(request, [RENDERER])
             request.accepted_renderer, request.accepted_media_type = renderer, media_type
             runner = _admitted(request)
             body, status = handler(request, runner, kwargs)
