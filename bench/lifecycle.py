@@ -483,22 +483,13 @@ def dbos_batch_phase(peer: DbosPeer, threads: int, per_thread: int, tag: str, si
     return phase
 
 
-class NoBatchEndpoint(Exception):
-    """The API refused a list where a batch endpoint would take one."""
-
-
 def api_batch_phase(
     clients: list[httpx.Client], seats: list[Seat], per_thread: int, tag: str, size: int
 ) -> Phase | None:
-    """The API's batches (issue 31's wire format):
-    ``per_thread`` batches of ``size`` effects per seat, each one ``POST /operations``
-    with a list of registrations with an inline claim, answered ``200 {"results": [...]}``
-    in order, then one ``POST /runs/{run}/outcomes`` with their outcomes. Statements
-    and Django's CPU per batch from both responses' headers, as ``api_phase``.
-
-    None while the API has no batch endpoints (a list is refused as today: not 200, no
-    ``results``; or the outcomes' URL is unknown): the table then prints "n/a (no batch
-    endpoint)" and ``var/bench.json`` holds null."""
+    """Batches of ``size`` effects through the API's batch endpoints: per batch, one
+    ``POST /operations`` with ``size`` registrations of the seat's run, each with its own
+    operation key and an inline claim, then one ``POST /runs/{run}/outcomes`` with the
+    ``size`` outcomes. The essential counterpart is ``essential_batch_phase``."""
 
     def thread(index: int) -> tuple[dict[str, list[float]], list[int]]:
         seat, http = seats[index], clients[index]
@@ -522,33 +513,25 @@ def api_batch_phase(
                 ],
             )
             t1 = time.perf_counter()
-            try:
-                body = registered.json()
-            except ValueError:
-                body = None
-            if registered.status_code != 200 or not isinstance(body, dict) or "results" not in body:
-                raise NoBatchEndpoint(registered.text[:200])
-            items = body["results"]
-            assert len(items) == size, registered.text[:2000]
-            assert all(
-                item["status"] == 201 and item["operation"]["attempt"] is not None for item in items
-            ), registered.text[:2000]
-            done = http.post(
-                f"/runs/{seat.run_id}/outcomes",
-                json=[
+            assert registered.status_code == 200, registered.text
+            items = registered.json()["results"]
+            assert len(items) == size, items
+            outcomes = []
+            for i, item in enumerate(items):
+                assert item["status"] == 201, item
+                op = item["operation"]
+                assert op["attempt"] is not None, op
+                outcomes.append(
                     {
-                        "operation": item["operation"]["id"],
-                        "attempt": item["operation"]["attempt"]["attempt"],
+                        "operation": op["id"],
+                        "attempt": op["attempt"]["attempt"],
                         "kind": "succeeded",
                         "downstream_id": f"re_{index}_{n}_{i}",
                     }
-                    for i, item in enumerate(items)
-                ],
-            )
+                )
+            done = http.post(f"/runs/{seat.run_id}/outcomes", json=outcomes)
             t2 = time.perf_counter()
-            if done.status_code in (404, 405):
-                raise NoBatchEndpoint(done.text[:200])
-            assert done.status_code == 200, done.text[:2000]
+            assert done.status_code == 200, done.text
             assert [item["status"] for item in done.json()["results"]] == [200] * size, done.text
             steps["register_claim"].append(t1 - t0)
             steps["outcome"].append(t2 - t1)
@@ -560,10 +543,7 @@ def api_batch_phase(
 
     django_cpu_us: list[Counter[str]] = []
     started = time.perf_counter()
-    try:
-        per_thread_results = on_threads(len(seats), thread)
-    except NoBatchEndpoint:
-        return None
+    per_thread_results = on_threads(len(seats), thread)
     phase = _collect(per_thread_results, time.perf_counter() - started, batch=size)
     phase.django_cpu_ms = {step: us / 1000 for step, us in sum(django_cpu_us, Counter()).items()}
     return phase

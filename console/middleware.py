@@ -3,17 +3,21 @@ console (docs/security.md, "Console sessions"), request metrics, and the throttl
 person's POSTs."""
 
 import math
+import re
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import logout
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import BadRequest
+from django.core.handlers.base import BaseHandler
+from django.core.handlers.exception import convert_exception_to_response
 from django.http import HttpRequest, HttpResponse
 from django.template.loader import render_to_string
+from django.utils.module_loading import import_string
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
@@ -27,6 +31,61 @@ from operations.metrics import HTTP_REQUEST_DURATION
 from . import security
 
 FORM_TYPES = frozenset({"application/x-www-form-urlencoded", "multipart/form-data"})
+
+
+# The runner API's hot endpoints: register (and its batch), claim, heartbeat, outcome, and
+# the outcome batch. Only the stack is chosen by it; the URL resolver still picks the view.
+API_HOT_PATH = re.compile(
+    r"/api/v1/(?:operations|operations/[^/]+/attempts(?:/[0-9]+/(?:heartbeat|outcome))?"
+    r"|runs/[^/]+/outcomes)"
+)
+
+
+class _ApiHandler(BaseHandler):
+    """Django's request cycle (URL resolution, view middleware, the view, exceptions
+    turned into answers) under ``settings.API_MIDDLEWARE`` instead of ``MIDDLEWARE``."""
+
+    def chain(self, paths: list[str]) -> Callable[[HttpRequest], HttpResponse]:
+        self._view_middleware: list[Any] = []
+        self._template_response_middleware: list[Any] = []
+        self._exception_middleware: list[Any] = []
+        handler = convert_exception_to_response(self._get_response)  # type: ignore[attr-defined]
+        for middleware_path in reversed(paths):
+            instance = import_string(middleware_path)(handler)
+            if hasattr(instance, "process_view"):
+                self._view_middleware.insert(0, instance.process_view)
+            if hasattr(instance, "process_template_response"):
+                self._template_response_middleware.append(instance.process_template_response)
+            if hasattr(instance, "process_exception"):
+                self._exception_middleware.append(instance.process_exception)
+            handler = convert_exception_to_response(instance)
+        self._middleware_chain = handler
+        return cast(Callable[[HttpRequest], HttpResponse], handler)
+
+
+class ApiStackMiddleware:
+    """First in ``MIDDLEWARE``: a POST to one of the runner API's hot endpoints
+    (``API_HOT_PATH``) goes through ``settings.API_MIDDLEWARE`` (request id, metrics, the
+    NUL refusal, the security headers) and its view; everything else through the rest of
+    ``MIDDLEWARE``. The console's layers (static files, CSP, sessions, CSRF, people's
+    authentication and OTP, messages, htmx, session timeouts, the person throttle, axes)
+    do nothing for a bearer-token JSON request but cost every one of them;
+    docs/benchmarks.md has the profile. Django's outer handler (URL configuration,
+    logging of refused requests) runs for both."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+        paths = list(getattr(settings, "API_MIDDLEWARE", []))
+        self.api = _ApiHandler().chain(paths) if paths else None
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if (
+            self.api is not None
+            and request.method == "POST"
+            and API_HOT_PATH.fullmatch(request.path_info)
+        ):
+            return self.api(request)
+        return self.get_response(request)
 
 
 class RequestIdMiddleware:

@@ -180,6 +180,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Before all: the runner API's hot endpoints take API_MIDDLEWARE instead of the rest
+    # of this list (console.middleware.ApiStackMiddleware; docs/benchmarks.md says why).
+    "console.middleware.ApiStackMiddleware",
     # First: every answer gets its X-Request-Id, whichever layer below answers.
     "console.middleware.RequestIdMiddleware",
     # Then: it times everything below it (effectgate_http_request_duration_seconds).
@@ -204,6 +207,24 @@ MIDDLEWARE = [
     # Last, as django-axes requires: it answers locked-out sign-ins.
     "axes.middleware.AxesMiddleware",
 ]
+
+# The middleware of the runner API's hot endpoints (register, claim, heartbeat, outcome
+# and their batches: ``console.middleware.API_HOT_PATH``, POST only): what an answer to a
+# runner token needs of the list above. No session, CSRF, person, OTP, message, htmx,
+# static-file or CSP layer: these endpoints take a bearer token and answer JSON, never a
+# page. Empty: they take MIDDLEWARE like every other request.
+API_MIDDLEWARE = [
+    "console.middleware.RequestIdMiddleware",
+    "console.middleware.RequestMetricsMiddleware",
+    "console.middleware.RefuseNulMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+if not _env_bool("API_LEAN_MIDDLEWARE", True):
+    API_MIDDLEWARE = []
+# The hot endpoints' POSTs through operations.http.hot's lean views; off: through their
+# DRF views (the same answers; tests/operations/test_lean_views.py compares the two).
+API_LEAN_VIEWS = _env_bool("API_LEAN_VIEWS", True)
 
 ROOT_URLCONF = "console.urls"
 WSGI_APPLICATION = "console.wsgi.application"
@@ -659,6 +680,7 @@ SPECTACULAR_SETTINGS["SWAGGER_UI_SETTINGS"] = {"deepLinking": True, "validatorUr
 SPECTACULAR_SETTINGS["POSTPROCESSING_HOOKS"] = [
     "drf_spectacular.hooks.postprocess_schema_enums",
     "operations.http.openapi.problem_responses",
+    "operations.http.openapi.batches",
 ]
 
 # Sign-in throttling (django-axes): after AXES_FAILURE_LIMIT failures for one username

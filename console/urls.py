@@ -8,6 +8,9 @@ from operations.http import audit, problems
 from operations.http import views as api
 
 urlpatterns = [
+    # First: the runner API is most of the traffic, and Django tries each pattern in
+    # order (the console's sixty came first, resolved for every API request).
+    path("api/v1/", include(api.urlpatterns)),
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("metrics", health.metrics, name="metrics"),
@@ -22,7 +25,6 @@ urlpatterns = [
     # The transparency log's public key (docs/security.md), for anyone who keeps checkpoints.
     path(".well-known/effectgate-audit-key", audit.audit_key, name="audit-key"),
     path("admin/", admin.site.urls),
-    path("api/v1/", include(api.urlpatterns)),
     path(
         "api/schema/",
         SpectacularAPIView.as_view(authentication_classes=[], permission_classes=[]),

@@ -11,6 +11,8 @@ checks that it does, tests/fuzz/).
 
 from typing import Any
 
+from drf_spectacular.utils import OpenApiResponse
+
 from ..contracts import CONTRACT_SCHEMA
 
 PROBLEM_SCHEMA: dict[str, Any] = {
@@ -100,3 +102,82 @@ def oas30(schema: Any) -> Any:
 # The request body of PUT /tools/{name}: the contract schema the server validates with
 # (operations.contracts), so the document says what a contract may contain.
 CONTRACT_REQUEST_SCHEMA = oas30(CONTRACT_SCHEMA)
+
+
+# The batches (api.md, Batches). drf-spectacular describes one body per endpoint; the
+# hook below gives registration its array form beside the object, and both batch
+# answers their shape: each item a status with the operation, or with the problem the
+# single call answers.
+BATCH_MAX_ITEMS = 50
+OUTCOME_BATCH_ANSWER = OpenApiResponse(
+    description="Each outcome's answer, in order: its status and the operation with "
+    "`tool_result`, or its status and problem."
+)
+
+
+def _batch_answer(operation: str, statuses: list[int]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "required": ["results"],
+        "properties": {
+            "results": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": BATCH_MAX_ITEMS,
+                "items": {
+                    "oneOf": [
+                        {
+                            "type": "object",
+                            "required": ["status", "operation"],
+                            "properties": {
+                                "status": {"type": "integer", "enum": statuses},
+                                "operation": {"$ref": f"#/components/schemas/{operation}"},
+                            },
+                            "additionalProperties": False,
+                        },
+                        {
+                            "type": "object",
+                            "required": ["status", "problem"],
+                            "properties": {
+                                "status": {"type": "integer", "minimum": 400, "maximum": 599},
+                                "problem": {"$ref": "#/components/schemas/Problem"},
+                            },
+                            "additionalProperties": False,
+                        },
+                    ]
+                },
+            }
+        },
+        "additionalProperties": False,
+    }
+
+
+def _json_schema(operation: dict[str, Any]) -> dict[str, Any]:
+    return operation["requestBody"]["content"]["application/json"]["schema"]
+
+
+def batches(result: dict[str, Any], generator, request, public) -> dict[str, Any]:
+    paths = result.get("paths", {})
+    schemas = result.setdefault("components", {}).setdefault("schemas", {})
+    schemas["RegistrationBatchOut"] = _batch_answer("OperationCreatedOut", [200, 201])
+    schemas["OutcomeBatchOut"] = _batch_answer("OutcomeAnswerOut", [200])
+    register = paths.get("/api/v1/operations", {}).get("post")
+    if register is not None:
+        one = _json_schema(register)
+        many = {"type": "array", "items": one, "minItems": 1, "maxItems": BATCH_MAX_ITEMS}
+        register["requestBody"]["content"] = {
+            "application/json": {"schema": {"oneOf": [one, many]}}
+        }
+        answer = register["responses"]["200"]["content"]["application/json"]
+        answer["schema"] = {
+            "oneOf": [answer["schema"], {"$ref": "#/components/schemas/RegistrationBatchOut"}]
+        }
+    outcomes = paths.get("/api/v1/runs/{run_id}/outcomes", {}).get("post")
+    if outcomes is not None:
+        body = _json_schema(outcomes)
+        body.update(minItems=1, maxItems=BATCH_MAX_ITEMS)
+        outcomes["requestBody"]["content"] = {"application/json": {"schema": body}}
+        outcomes["responses"]["200"]["content"] = {
+            "application/json": {"schema": {"$ref": "#/components/schemas/OutcomeBatchOut"}}
+        }
+    return result

@@ -151,6 +151,14 @@ class OutcomeIn(StrictSerializer):
         return attrs
 
 
+class OutcomeItemIn(OutcomeIn):
+    """One item of an outcome batch (``POST /runs/{run_id}/outcomes``): the single
+    outcome's body with the attempt it is for."""
+
+    operation = serializers.CharField(max_length=40)
+    attempt = serializers.IntegerField(min_value=1, max_value=MAX_COUNT)
+
+
 class ReconciliationIn(StrictSerializer):
     result = Choice(["committed", "not_found", "still_unknown"])
     downstream_id = serializers.CharField(max_length=255, required=False, allow_blank=True)

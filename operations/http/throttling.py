@@ -51,6 +51,8 @@ class WindowRateThrottle(SimpleRateThrottle):
     """
 
     rate_setting = ""
+    # Requests this one counts for: a batch of N items counts N (api.md, Batches).
+    cost = 1
 
     def get_rate(self) -> str | None:
         return getattr(settings, self.rate_setting, None) or None
@@ -66,22 +68,23 @@ class WindowRateThrottle(SimpleRateThrottle):
         window = int(self.now // period)
         self.window_end = float((window + 1) * period)
         try:
-            count = self._count(f"{identity}:{window}", period=period)
+            count = self._count(f"{identity}:{window}", period=period, delta=self.cost)
         except (DatabaseError, RedisError):
             logger.warning("request throttling skipped: the cache did not answer", exc_info=True)
             return True
         return count <= limit
 
-    def _count(self, key: str, *, period: int) -> int:
-        """This request's number in its window: the window's counter, incremented."""
+    def _count(self, key: str, *, period: int, delta: int = 1) -> int:
+        """This request's number in its window (its last, when it counts for several):
+        the window's counter, incremented by ``delta``."""
         try:
-            return self.cache.incr(key)
+            return self.cache.incr(key, delta)
         except ValueError:
             # The window's first request. The key outlives its window so that it cannot
             # expire between Redis' EXISTS and INCR while the window still counts.
-            if self.cache.add(key, 1, timeout=2 * period):
-                return 1
-            return self.cache.incr(key)
+            if self.cache.add(key, delta, timeout=2 * period):
+                return delta
+            return self.cache.incr(key, delta)
 
     def wait(self) -> float:
         """Seconds until the window ends and the count starts again."""

@@ -11,10 +11,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from .. import params, payloads, selectors, services
-from ..errors import InvalidQuery, NotFound, OperationKeyRequired
+from ..errors import InvalidQuery, NotFound
 from ..machine import Status
 from ..models import Runner, RunnerToken
-from . import audit, openapi
+from . import answers, audit, hot, openapi, problems
 from .serializers import (
     ApprovalDetailOut,
     AttemptOut,
@@ -29,9 +29,11 @@ from .serializers import (
     OperationPageOut,
     OutcomeAnswerOut,
     OutcomeIn,
+    OutcomeItemIn,
     ReconciliationIn,
     RunIn,
     RunOut,
+    StrictSerializer,
     ToolInvokerOut,
     ToolOut,
     ToolPageOut,
@@ -65,6 +67,17 @@ def _valid(serializer_class, request: Request) -> dict[str, Any]:
     serializer = serializer_class(data=request.data)
     serializer.is_valid(raise_exception=True)
     return serializer.validated_data
+
+
+def _serializer_validate(serializer_class: type[StrictSerializer], raw: Any) -> dict[str, Any]:
+    serializer = serializer_class(data=raw)
+    serializer.is_valid(raise_exception=True)
+    return dict(serializer.validated_data)
+
+
+def _problem_body(exc: Exception, view: APIView, request: Request) -> dict[str, Any]:
+    """``exc`` as the problem the single call answers (a batch item's)."""
+    return dict(problems.exception_handler(exc, {"view": view, "request": request}).data)
 
 
 def _bad_parameter(name: str, must: str) -> InvalidQuery:
@@ -260,6 +273,13 @@ STATUSES = [status.value for status in Status]
 
 
 class OperationListView(APIView):
+    def get_throttles(self) -> list[Any]:
+        throttles = super().get_throttles()
+        if self.request.method == "POST" and isinstance(self.request.data, list):
+            for throttle in throttles:  # a batch counts its items (api.md, Batches)
+                throttle.cost = max(1, len(self.request.data))
+        return throttles
+
     @extend_schema(
         request=OperationIn,
         responses={
@@ -269,36 +289,28 @@ class OperationListView(APIView):
         },
         tags=["operations"],
         description="Register an intended side effect (api.md, Operations). 201 new, 200 "
-        "the same operation_key with the same intent.",
+        "the same operation_key with the same intent. A JSON array of 1 to 50 such bodies "
+        "is a batch (api.md, Batches): 200 with each item's status and operation or "
+        "problem, in order; each item is registered on its own.",
     )
     def post(self, request: Request) -> Response:
-        if isinstance(request.data, dict) and not request.data.get("operation_key"):
-            raise OperationKeyRequired(
-                "Send operation_key: your stable name for this intended effect, made before "
-                "the first attempt by your deterministic layer."
+        traceparent = request.headers.get("traceparent", "")
+        if isinstance(request.data, list):
+            body, status = answers.register_batch(
+                runner=_runner(request),
+                raw=request.data,
+                validate=_serializer_validate,
+                traceparent=traceparent,
+                problem_of=lambda exc: _problem_body(exc, self, request),
             )
-        data = _valid(OperationIn, request)
-        registration = services.operation_register(
-            runner=_runner(request),
-            run_id=data["run"],
-            tool_name=data["tool"],
-            operation_key=data["operation_key"],
-            arguments=data["arguments"],
-            call_id=data.get("call_id", ""),
-            turn=data.get("turn"),
-            approval=data.get("approval"),
-            claim_lease_s=data["claim"]["lease_s"] if "claim" in data else None,
-            retry_of=data.get("retry_of"),
-            traceparent=request.headers.get("traceparent", ""),
-        )
-        body = _operation_body(registration.operation, fresh=registration.created)
-        if registration.created and "claim" in data:
-            attempt = registration.attempt
-            body["attempt"] = payloads.attempt(attempt) if attempt is not None else None
-            error = registration.claim_error
-            if error is not None:
-                body["claim_error"] = {"code": error.code, "detail": error.detail, **error.extra}
-        return Response(body, status=201 if registration.created else 200)
+        else:
+            body, status = answers.register(
+                runner=_runner(request),
+                raw=request.data,
+                validate=_serializer_validate,
+                traceparent=traceparent,
+            )
+        return Response(body, status=status)
 
     @extend_schema(
         parameters=[
@@ -353,12 +365,13 @@ class AttemptListView(APIView):
         description="Claim the next attempt. Refusals in api.md's order.",
     )
     def post(self, request: Request, operation_id: str) -> Response:
-        op = selectors.operation_get_for_runner(runner=_runner(request), operation_id=operation_id)
-        data = _valid(LeaseIn, request)
-        attempt = services.attempt_claim(
-            operation=op, runner=_runner(request), lease_s=data["lease_s"]
+        body, status = answers.claim(
+            runner=_runner(request),
+            operation_id=operation_id,
+            raw=request.data,
+            validate=_serializer_validate,
         )
-        return Response(payloads.attempt(attempt), status=201)
+        return Response(body, status=status)
 
 
 class HeartbeatView(APIView):
@@ -366,12 +379,14 @@ class HeartbeatView(APIView):
         request=LeaseIn, responses={200: HeartbeatOut, **_problems(404, 409)}, tags=["attempts"]
     )
     def post(self, request: Request, operation_id: str, number: int) -> Response:
-        op = selectors.operation_get_for_runner(runner=_runner(request), operation_id=operation_id)
-        data = _valid(LeaseIn, request)
-        attempt = services.attempt_heartbeat(
-            operation=op, number=number, lease_s=data["lease_s"], runner=_runner(request)
+        body, status = answers.heartbeat(
+            runner=_runner(request),
+            operation_id=operation_id,
+            number=number,
+            raw=request.data,
+            validate=_serializer_validate,
         )
-        return Response(HeartbeatOut(attempt).data)
+        return Response(body, status=status)
 
 
 class OutcomeView(APIView):
@@ -383,11 +398,43 @@ class OutcomeView(APIView):
         "`tool_result`, the envelope `GET .../tool-result` gives.",
     )
     def post(self, request: Request, operation_id: str, number: int) -> Response:
-        data = _valid(OutcomeIn, request)
-        op = services.attempt_record_outcome(
-            operation_id=operation_id, number=number, body=dict(data), runner=_runner(request)
+        body, status = answers.outcome(
+            runner=_runner(request),
+            operation_id=operation_id,
+            number=number,
+            raw=request.data,
+            validate=_serializer_validate,
         )
-        return Response({**_operation_body(op, fresh=True), "tool_result": tool_result(op)})
+        return Response(body, status=status)
+
+
+class RunOutcomesView(APIView):
+    def get_throttles(self) -> list[Any]:
+        throttles = super().get_throttles()
+        if isinstance(self.request.data, list):
+            for throttle in throttles:  # a batch counts its items (api.md, Batches)
+                throttle.cost = max(1, len(self.request.data))
+        return throttles
+
+    @extend_schema(
+        request=OutcomeItemIn(many=True),
+        responses={200: openapi.OUTCOME_BATCH_ANSWER, **_problems(400, 404)},
+        tags=["attempts"],
+        operation_id="runs_outcomes_create",
+        description="Post what several attempts of the run did, 1 to 50 outcomes (api.md, "
+        "Batches): 200 with each item's status and operation (with `tool_result`) or "
+        "problem, in order; each item is recorded on its own. An operation that is not of "
+        "this run is an item's 404.",
+    )
+    def post(self, request: Request, run_id: str) -> Response:
+        body, status = answers.outcome_batch(
+            runner=_runner(request),
+            run_id=run_id,
+            raw=request.data,
+            validate=_serializer_validate,
+            problem_of=lambda exc: _problem_body(exc, self, request),
+        )
+        return Response(body, status=status)
 
 
 class ReconciliationView(APIView):
@@ -536,15 +583,30 @@ urlpatterns = [
     path("runs", RunListView.as_view()),
     path("runs/<str:run_id>", RunDetailView.as_view()),
     path("runs/<str:run_id>/cancel", RunCancelView.as_view()),
-    path("operations", OperationListView.as_view()),
+    path(
+        "runs/<str:run_id>/outcomes",
+        hot.lean(RunOutcomesView.as_view(), hot.outcome_batch, "POST, OPTIONS"),
+    ),
+    # The hot endpoints: POST through their lean views (hot.py), the rest through DRF.
+    path(
+        "operations",
+        hot.lean(OperationListView.as_view(), hot.register, "GET, POST, HEAD, OPTIONS"),
+    ),
     path("operations/<str:operation_id>", OperationDetailView.as_view()),
     path("operations/<str:operation_id>/events", OperationEventsView.as_view()),
     path("operations/<str:operation_id>/tool-result", ToolResultView.as_view()),
-    path("operations/<str:operation_id>/attempts", AttemptListView.as_view()),
     path(
-        "operations/<str:operation_id>/attempts/<count:number>/heartbeat", HeartbeatView.as_view()
+        "operations/<str:operation_id>/attempts",
+        hot.lean(AttemptListView.as_view(), hot.claim, "POST, OPTIONS"),
     ),
-    path("operations/<str:operation_id>/attempts/<count:number>/outcome", OutcomeView.as_view()),
+    path(
+        "operations/<str:operation_id>/attempts/<count:number>/heartbeat",
+        hot.lean(HeartbeatView.as_view(), hot.heartbeat, "POST, OPTIONS"),
+    ),
+    path(
+        "operations/<str:operation_id>/attempts/<count:number>/outcome",
+        hot.lean(OutcomeView.as_view(), hot.outcome, "POST, OPTIONS"),
+    ),
     path("operations/<str:operation_id>/reconciliations", ReconciliationView.as_view()),
     path("operations/<str:operation_id>/compensations", CompensationView.as_view()),
     path("approvals/<str:approval_id>", ApprovalDetailView.as_view()),

@@ -20,6 +20,12 @@ Rules (docs/architecture.md says where each lives):
   HTTP layer (import-linter contracts in pyproject.toml).
 """
 
+from .batches import (
+    BATCH_MAX_ITEMS,
+    OutcomeItem,
+    attempts_record_outcome_batch,
+    operations_register_batch,
+)
 from .breaker import tool_breaker_set
 from .claims import attempt_claim
 from .core import GENESIS_HASH, Actor, event_append, event_hash, outbox_enqueue
@@ -104,10 +110,12 @@ from .tools import (
 )
 
 __all__ = [
+    "BATCH_MAX_ITEMS",
     "GENESIS_HASH",
     "TOKEN_PREFIX",
     "Actor",
     "InboundReceipt",
+    "OutcomeItem",
     "Registration",
     "SealReport",
     "StandingTerms",
@@ -121,6 +129,7 @@ __all__ = [
     "attempt_claim",
     "attempt_heartbeat",
     "attempt_record_outcome",
+    "attempts_record_outcome_batch",
     "delivery_begin",
     "delivery_claim",
     "delivery_finish",
@@ -147,6 +156,7 @@ __all__ = [
     "operation_register",
     "operation_resolution_confirm",
     "operation_resolve",
+    "operations_register_batch",
     "outbox_enqueue",
     "preference_set",
     "reminders_due",

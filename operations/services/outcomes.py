@@ -226,19 +226,27 @@ def _lock_attempt(*, operation_id: str, number: int, runner: Runner) -> tuple[Op
 
 
 def attempt_record_outcome(
-    *, operation_id: str, number: int, body: dict[str, Any], runner: Runner
+    *,
+    operation_id: str,
+    number: int,
+    body: dict[str, Any],
+    runner: Runner,
+    run_id: str | None = None,
 ) -> Operation:
     """Record what an attempt did and classify the operation.
 
     The same outcome again answers the operation unchanged; a different one for an
     attempt that has one is ``outcome_conflict``. Once something acted on the attempt's
     expired lease, every post is a late outcome: recorded, answered ``stale_attempt``,
-    and only a late success changes state.
+    and only a late success changes state. ``run_id`` (an outcome batch's run): an
+    operation of another run is not found, as one of another runner.
     """
     actor = Actor.of_runner(runner)
     posted = _outcome_body(body)
     with transaction.atomic(durable=True):
         op, attempt = _lock_attempt(operation_id=operation_id, number=number, runner=runner)
+        if run_id is not None and op.run_id != run_id:
+            raise errors.NotFound(f"No operation {operation_id!r} in run {run_id!r}.")
         now = timezone.now()
         result: Operation | errors.DomainError
         if attempt.status in (AttemptStatus.LEASE_EXPIRED, AttemptStatus.SUPERSEDED):

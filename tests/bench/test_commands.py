@@ -161,10 +161,7 @@ def test_make_bench_lifecycle_measures_dbos_and_batches_per_effect(tmp_path):
     report = json.loads(figures.read_text())
     life = report["lifecycle"]
     paths = life["paths"]
-    # The API's batch paths where the API takes batches (issue 31), else none.
-    api_batches = {"api_x5", "api_x20"} & set(paths)
-    assert api_batches in (set(), {"api_x5", "api_x20"})
-    assert set(paths) - api_batches == {
+    assert set(paths) == {
         "essential",
         "replica",
         "unprepared",
@@ -172,13 +169,16 @@ def test_make_bench_lifecycle_measures_dbos_and_batches_per_effect(tmp_path):
         "api",
         "essential_x5",
         "dbos_x5",
+        "api_x5",
         "essential_x20",
         "dbos_x20",
+        "api_x20",
     }
     # Two threads, at least two batches each, half in each direction.
     assert paths["dbos"]["lifecycles"] == 8
     assert paths["dbos_x5"]["lifecycles"] == paths["essential_x5"]["lifecycles"] == 2 * 4 * 5
     assert paths["dbos_x20"]["lifecycles"] == paths["essential_x20"]["lifecycles"] == 2 * 2 * 20
+    assert paths["api_x20"]["lifecycles"] == 2 * 2 * 20
     assert paths["dbos"]["in_process"]
     assert paths["dbos_x20"]["batch"] == 20
     # The essential batch: two transactions of four statements, whatever its size.
@@ -187,7 +187,7 @@ def test_make_bench_lifecycle_measures_dbos_and_batches_per_effect(tmp_path):
     sizes = life["peer"]["sizes"]
     assert list(sizes) == ["single", "batch_5", "batch_20"]
     for label, row in sizes.items():
-        for kind in ("essential", "dbos", *(["api"] if api_batches else [])):
+        for kind in ("essential", "dbos", "api"):
             effect = row[kind]
             assert effect["effects_s"] > 0, (label, kind)
             assert effect["statements_per_effect"] > 0, (label, kind)
@@ -204,21 +204,14 @@ def test_make_bench_lifecycle_measures_dbos_and_batches_per_effect(tmp_path):
     assert life["dbos_idle_cpu_ms_per_s"] >= 0
     for key in ("api_over_dbos", "api_over_essential"):
         assert report[key]["single"] > 0
-        if api_batches:
-            assert report[key]["batch_5"] > 0
-            assert report[key]["batch_20"] > 0
-        else:
-            # No batch endpoint: no ratio, and the table says so.
-            assert report[key]["batch_5"] is None
-            assert report[key]["batch_20"] is None
-            assert "    20      api        n/a (no batch endpoint)" in output
-    if api_batches:
-        assert paths["api_x20"]["lifecycles"] == 2 * 2 * 20
+        # The API's batch endpoints: a ratio for each batch size.
+        assert report[key]["batch_5"] > 0
+        assert report[key]["batch_20"] > 0
     for line in (
         "(a) per effect, against the durable-execution peer (DBOS",
         "    1       dbos     ",
         "    20      essential",
-        "    20      api",
+        "    20      api     ",
         "throughput api / DBOS: single ",
         "throughput api / essential: single ",
         "what DBOS sends for one effect (its traced workflow):",

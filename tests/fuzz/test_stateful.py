@@ -314,8 +314,23 @@ class Ledger(RuleBasedStateMachine):
             body["approval"] = {"require": True, "reason": "the agent is unsure"}
         now = datetime.now(UTC)
         live = frozenset(g for g, known in self.standing.items() if known["expires_at"] > now)
-        response = self.api.post("/api/v1/operations", body)
-        answer = self._ok(response)
+        # Alone, or as a batch (api.md, Batches) whose item answers as the single call.
+        if data.draw(st.integers(0, 3), label="in a batch") == 0:
+            repeat = data.draw(st.booleans(), label="twice in the batch")
+            batch = self._ok(
+                self.api.post("/api/v1/operations", [body, body] if repeat else [body])
+            )
+            item = batch["results"][0]
+            status_code, answer = item["status"], item.get("operation") or item["problem"]
+            if repeat:  # the same key and intent again: the same operation or refusal
+                again = batch["results"][1]
+                if "id" in answer:
+                    assert (again["status"], again["operation"]["id"]) == (200, answer["id"])
+                else:
+                    assert again["problem"]["code"] == answer["code"], batch
+        else:
+            response = self.api.post("/api/v1/operations", body)
+            status_code, answer = response.status_code, self._ok(response)
         self.attempts.append(
             {
                 "tool": tool,
@@ -324,7 +339,7 @@ class Ledger(RuleBasedStateMachine):
                 "asked": asked,
                 "in_force": frozenset(self.in_force),
                 "live": live,
-                "status_code": response.status_code,
+                "status_code": status_code,
                 "answer": answer,
             }
         )
@@ -462,8 +477,13 @@ class Ledger(RuleBasedStateMachine):
         op = self._pick(data, Status.EXECUTING)
         if op:
             number = self._attempt(data, op)
-            path = f"/api/v1/operations/{op}/attempts/{number}/outcome"
-            self._ok(self.api.post(path, outcome))
+            if data.draw(st.booleans(), label="in an outcome batch"):
+                item = {"operation": op, "attempt": number, **outcome}
+                batch = self._ok(self.api.post(f"/api/v1/runs/{self.run_id}/outcomes", [item]))
+                assert batch["results"][0]["status"] < 500, batch
+            else:
+                path = f"/api/v1/operations/{op}/attempts/{number}/outcome"
+                self._ok(self.api.post(path, outcome))
 
     @rule(data=st.data(), result=st.sampled_from(["committed", "not_found", "still_unknown"]))
     def reconcile(self, data, result) -> None:

@@ -235,7 +235,12 @@ def test_a_body_that_is_not_an_object_is_refused(api, endpoints, name):
     before = ledger_state()
     for body in (b"[]", b'"text"', b"17", b"null", b"true", b"[{}]"):
         response = _send(api, endpoint, body)
-        assert response.status_code in (400, 422), (body, response.content[:300])
+        if name == "operations" and body == b"[{}]":
+            # A batch of one (api.md, Batches): its item is refused as the single call.
+            assert response.status_code == 200, response.content[:300]
+            assert [item["status"] for item in response.json()["results"]] == [400]
+        else:
+            assert response.status_code in (400, 422), (body, response.content[:300])
         assert ledger_state() == before, body
 
 

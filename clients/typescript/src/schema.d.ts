@@ -114,7 +114,7 @@ export interface paths {
         };
         get: operations["operations_list"];
         put?: never;
-        /** @description Register an intended side effect (api.md, Operations). 201 new, 200 the same operation_key with the same intent. */
+        /** @description Register an intended side effect (api.md, Operations). 201 new, 200 the same operation_key with the same intent. A JSON array of 1 to 50 such bodies is a batch (api.md, Batches): 200 with each item's status and operation or problem, in order; each item is registered on its own. */
         post: operations["operations_create"];
         delete?: never;
         options?: never;
@@ -294,6 +294,23 @@ export interface paths {
         get?: never;
         put?: never;
         post: operations["runs_cancel_create"];
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
+    "/api/v1/runs/{run_id}/outcomes": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        get?: never;
+        put?: never;
+        /** @description Post what several attempts of the run did, 1 to 50 outcomes (api.md, Batches): 200 with each item's status and operation (with `tool_result`) or problem, in order; each item is recorded on its own. An operation that is not of this run is an item's 404. */
+        post: operations["runs_outcomes_create"];
         delete?: never;
         options?: never;
         head?: never;
@@ -752,6 +769,22 @@ export interface components {
             detail?: string;
             retry_after_ms?: number;
         };
+        /**
+         * @description One item of an outcome batch (``POST /runs/{run_id}/outcomes``): the single
+         *     outcome's body with the attempt it is for.
+         */
+        OutcomeItemInRequest: {
+            kind: components["schemas"]["KindEnum"];
+            result?: unknown;
+            downstream_id?: string;
+            /** Format: double */
+            cost?: number | null;
+            code?: string;
+            detail?: string;
+            retry_after_ms?: number;
+            operation: string;
+            attempt: number;
+        };
         ReconciliationInRequest: {
             result: components["schemas"]["ReconciliationInResultEnum"];
             downstream_id?: string;
@@ -893,6 +926,26 @@ export interface components {
             retry_after_ms?: number;
         } & {
             [key: string]: unknown;
+        };
+        RegistrationBatchOut: {
+            results: ({
+                /** @enum {integer} */
+                status: 200 | 201;
+                operation: components["schemas"]["OperationCreatedOut"];
+            } | {
+                status: number;
+                problem: components["schemas"]["Problem"];
+            })[];
+        };
+        OutcomeBatchOut: {
+            results: ({
+                /** @enum {integer} */
+                status: 200;
+                operation: components["schemas"]["OutcomeAnswerOut"];
+            } | {
+                status: number;
+                problem: components["schemas"]["Problem"];
+            })[];
         };
     };
     responses: never;
@@ -1392,7 +1445,7 @@ export interface operations {
         };
         requestBody: {
             content: {
-                "application/json": components["schemas"]["OperationInRequest"];
+                "application/json": components["schemas"]["OperationInRequest"] | components["schemas"]["OperationInRequest"][];
             };
         };
         responses: {
@@ -1401,7 +1454,7 @@ export interface operations {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["OperationCreatedOut"];
+                    "application/json": components["schemas"]["OperationCreatedOut"] | components["schemas"]["RegistrationBatchOut"];
                 };
             };
             201: {
@@ -2361,6 +2414,104 @@ export interface operations {
                 };
             };
             /** @description The body is not acceptable JSON (`malformed_json`) or its fields are not valid (`invalid_request`, with `errors`). */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) with a stable `code`. */
+            401: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The token's scope does not allow this request (`forbidden`). */
+            403: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) with a stable `code`. */
+            404: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is larger than the limit (`payload_too_large`). */
+            413: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description The body is not `application/json` (`unsupported_media_type`). */
+            415: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description A number beyond ±(2^53-1), 1e300 included, or beyond a double (`number_out_of_range`). */
+            422: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+            /** @description More requests with this token than the server's rate allows (`rate_limited`, with `retry_after_ms` and a `Retry-After` header). */
+            429: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/problem+json": components["schemas"]["Problem"];
+                };
+            };
+        };
+    };
+    runs_outcomes_create: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                run_id: string;
+            };
+            cookie?: never;
+        };
+        requestBody: {
+            content: {
+                "application/json": components["schemas"]["OutcomeItemInRequest"][];
+            };
+        };
+        responses: {
+            /** @description Each outcome's answer, in order: its status and the operation with `tool_result`, or its status and problem. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["OutcomeBatchOut"];
+                };
+            };
+            /** @description RFC 9457 problem details (application/problem+json) with a stable `code`. */
             400: {
                 headers: {
                     [name: string]: unknown;
