@@ -34,14 +34,26 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, Literal, NotRequired, Required, TypedDict, TypeVar, Unpack
-from urllib.parse import quote
+from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 import httpx
 
 from ._plan import Plan, adrive, drive
 from ._version import __version__
+from ._wire import (
+    API_PREFIX,
+    Pause,
+    RegisterFields,
+    Send,
+    _areceive,
+    _evidence_body,
+    _list_params,
+    _next_page,
+    _receive,
+    _register_body,
+    _run_body,
+    _segment,
+)
 from .answers import (
     ApprovalDetail,
     Attempt,
@@ -63,15 +75,12 @@ from .errors import (
     NotUnknown,
     ProblemError,
     TransportError,
-    UnexpectedResponse,
     inactive_contract_message,
     problem_from_response,
-    request_id_of,
 )
 
 logger = logging.getLogger(__name__)
 
-API_PREFIX = "/api/v1"
 # Answers after which repeating the same call is both safe (see above) and useful.
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 # The largest answer body read (Effectgate's are far smaller); beyond it the answer is
@@ -81,76 +90,6 @@ MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 MAX_RETRY_WAIT_S = 60.0
 
 T = TypeVar("T")
-
-
-def _segment(value: str) -> str:
-    return quote(str(value), safe="")
-
-
-@dataclass(frozen=True)
-class Send:
-    """Effect: send one HTTP request; the result is the ``httpx.Response``."""
-
-    method: str
-    path: str
-    json: Any = None
-    params: dict[str, Any] | None = None
-
-
-def _too_large(response: httpx.Response, limit: int) -> UnexpectedResponse:
-    return UnexpectedResponse(
-        response.status_code,
-        f"the answer's body is larger than max_response_bytes ({limit}); not read",
-        request_id=request_id_of(response),
-    )
-
-
-def _declared_too_large(response: httpx.Response, limit: int) -> bool:
-    declared = response.headers.get("Content-Length", "")
-    return declared.isdigit() and int(declared) > limit
-
-
-def _receive(http: httpx.Client, effect: Send, limit: int) -> httpx.Response:
-    """Send ``effect`` and read at most ``limit`` bytes of the answer's (decoded) body."""
-    request = http.build_request(effect.method, effect.path, json=effect.json, params=effect.params)
-    response = http.send(request, stream=True)
-    try:
-        if _declared_too_large(response, limit):
-            raise _too_large(response, limit)
-        body = bytearray()
-        for chunk in response.iter_bytes():
-            body += chunk
-            if len(body) > limit:
-                raise _too_large(response, limit)
-    finally:
-        response.close()
-    response._content = bytes(body)
-    return response
-
-
-async def _areceive(http: httpx.AsyncClient, effect: Send, limit: int) -> httpx.Response:
-    """``_receive`` over an ``httpx.AsyncClient``."""
-    request = http.build_request(effect.method, effect.path, json=effect.json, params=effect.params)
-    response = await http.send(request, stream=True)
-    try:
-        if _declared_too_large(response, limit):
-            raise _too_large(response, limit)
-        body = bytearray()
-        async for chunk in response.aiter_bytes():
-            body += chunk
-            if len(body) > limit:
-                raise _too_large(response, limit)
-    finally:
-        await response.aclose()
-    response._content = bytes(body)
-    return response
-
-
-@dataclass(frozen=True)
-class Pause:
-    """Effect: the client's wait before repeating a call."""
-
-    seconds: float
 
 
 class ClientSettings(TypedDict, total=False):
@@ -166,72 +105,6 @@ class ClientSettings(TypedDict, total=False):
     user_agent: str
     max_response_bytes: int
     max_retry_wait_s: float
-
-
-class RegisterFields(TypedDict):
-    """What ``register`` takes (``EffectgateClient.register`` says what each means)."""
-
-    run: Required[str]
-    tool: Required[str]
-    operation_key: Required[str]
-    arguments: Required[dict[str, Any]]
-    call_id: NotRequired[str | None]
-    turn: NotRequired[int | None]
-    approval: NotRequired[dict[str, Any] | None]
-    claim_lease_s: NotRequired[int | None]
-
-
-def _run_body(
-    principal: str, external_id: str | None, budgets: Budgets | dict[str, Any] | None
-) -> dict[str, Any]:
-    body: dict[str, Any] = {"principal": principal}
-    if external_id is not None:
-        body["external_id"] = external_id
-    if budgets:
-        body["budgets"] = budgets
-    return body
-
-
-def _register_body(fields: RegisterFields) -> dict[str, Any]:
-    if not fields.get("operation_key"):
-        raise ValueError("operation_key is required: make it before the first attempt")
-    body: dict[str, Any] = {
-        "run": fields["run"],
-        "tool": fields["tool"],
-        "operation_key": fields["operation_key"],
-        "arguments": fields["arguments"],
-    }
-    if fields.get("call_id"):
-        body["call_id"] = fields["call_id"]
-    if fields.get("turn") is not None:
-        body["turn"] = fields["turn"]
-    if fields.get("approval") is not None:
-        body["approval"] = fields["approval"]
-    if fields.get("claim_lease_s") is not None:
-        body["claim"] = {"lease_s": fields["claim_lease_s"]}
-    return body
-
-
-def _list_params(
-    status: str | None, run: str | None, tool: str | None, limit: int
-) -> dict[str, Any]:
-    values = {"status": status, "run": run, "tool": tool, "limit": limit}
-    return {key: value for key, value in values.items() if value is not None}
-
-
-def _next_page(page: dict[str, Any]) -> str | None:
-    """The path of the next page, or None on the last one."""
-    if not page.get("next"):
-        return None
-    # The cursor URL is absolute; keep only the part after the API prefix.
-    return str(page["next"]).split(API_PREFIX, 1)[1]
-
-
-def _evidence_body(result: str, evidence: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"result": result, **{k: v for k, v in extra.items() if v}}
-    if evidence is not None:
-        body["evidence"] = evidence
-    return body
 
 
 class _ClientCore:
