@@ -7,10 +7,12 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
+from django.db import connection
 
 from operations import services
 from operations.models import Event, LogLeaf
 from operations.services import SealReport
+from operations.services.seal import _HORIZON
 from operations.tlog import leaves
 
 
@@ -27,6 +29,33 @@ def unsealed() -> list[int]:
     """The events this connection sees that have no leaf yet."""
     sealed = LogLeaf.objects.values("event_id")
     return list(Event.objects.exclude(pk__in=sealed).values_list("pk", flat=True))
+
+
+def wait_until_sealable(*, timeout_s: float = 600) -> None:
+    """Wait until the sealer may take every event this connection sees: on PostgreSQL,
+    until no transaction older than the newest event's is open anywhere on the server
+    (the horizon the sealer reads is past its ``txid``; see ``seal_all``). A test that
+    counts what one pass seals waits for this first, or it counts the other workers'
+    transactions, not the sealer's work."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        # The column the database fills (not a model field: Event.txid is written by
+        # PostgreSQL, migration 0019).
+        cursor.execute("SELECT max(txid) FROM operations_event")
+        newest = cursor.fetchone()[0]
+    if newest is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(_HORIZON)
+            horizon = cursor.fetchone()[0]
+        if horizon > newest:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"A transaction older than {newest} is open after {timeout_s} s")
+        time.sleep(0.05)
 
 
 def seal_all(*, timeout_s: float = 600, **kwargs) -> list[SealReport]:
