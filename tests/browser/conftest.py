@@ -43,7 +43,11 @@ AXE_JS = Path(__file__).resolve().parents[2] / "node_modules" / "axe-core" / "ax
 BLOCKING_IMPACTS = frozenset({"serious", "critical"})
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: Playwright's sync API runs an asyncio loop on this thread
+# for as long as it is started, and every later test of the process that calls
+# asyncio.run() (the async client, the MCP and agent guards) would find a loop running.
+# pytest ends the fixture when the next test is another module's.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     if not os.path.exists(CHROMIUM):
         pytest.fail(
