@@ -82,7 +82,7 @@ def test_make_bench_runs_every_part_and_prints_its_figures(tmp_path):
     life = report["lifecycle"]
     paths = life["paths"]
     single = {"essential", "replica", "unprepared", "dbos", "api"}
-    batches = {"essential_x5", "dbos_x5", "essential_x20", "dbos_x20"}
+    batches = {"essential_x5", "dbos_x5", "api_x5", "essential_x20", "dbos_x20", "api_x20"}
     assert set(paths) == single | batches
     assert all(paths[name]["lifecycles"] == 40 for name in single)
     assert all(paths[name]["lifecycles"] > 0 for name in batches)

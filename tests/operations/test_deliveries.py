@@ -103,8 +103,8 @@ def test_dispatchers_told_gone_at_once_disable_the_endpoint_once(settings):
     """Four dispatchers each send one message of the endpoint, all in flight together,
     and each is answered 410: one disables it, the others find their message dropped."""
     settings.WEBHOOK_ALLOWED_HOSTS = ["127.0.0.1"]
-    receiver = Receiver(status=410, delay=0.5)
     workers = 4
+    receiver = Receiver(status=410, hold_until=workers)
     try:
         api = make_runner()
         endpoint_id = _endpoint(api, receiver.url)

@@ -18,18 +18,29 @@ class Receiver:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     delay: float = 0.0
+    # Answer nobody until this many requests have arrived (at most HOLD_S seconds): for
+    # tests that need requests in flight together, whatever the machine's load.
+    hold_until: int = 0
     requests: list[Received] = field(default_factory=list)
+
+    HOLD_S = 60.0
 
     def __post_init__(self) -> None:
         receiver = self
+        arrived = threading.Condition()
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 length = int(self.headers.get("Content-Length", "0"))
                 body = self.rfile.read(length)
-                receiver.requests.append(
-                    Received({k.lower(): v for k, v in self.headers.items()}, body)
-                )
+                with arrived:
+                    receiver.requests.append(
+                        Received({k.lower(): v for k, v in self.headers.items()}, body)
+                    )
+                    arrived.notify_all()
+                    arrived.wait_for(
+                        lambda: len(receiver.requests) >= receiver.hold_until, receiver.HOLD_S
+                    )
                 if receiver.delay:
                     time.sleep(receiver.delay)
                 self.send_response(receiver.status)
