@@ -14,7 +14,7 @@ import time
 
 import httpx
 import pytest
-from django.db import connections
+from django.db import connection, connections
 from guardian.shortcuts import assign_perm
 
 from effectgate_client import (
@@ -804,6 +804,15 @@ def test_concurrent_executes_of_one_operation_key_call_the_tool_once(async_setup
     assert seen["heartbeats"] == [f"heartbeat-{op.id}-1"]
 
 
+def _heartbeats_of(runner) -> int:
+    try:
+        return sum(
+            Attempt.objects.filter(operation__runner=runner).values_list("heartbeats", flat=True)
+        )
+    finally:
+        connection.close()
+
+
 def test_a_cancellation_during_the_call_posts_nothing_and_the_lease_expires(async_setup):
     setup = async_setup
     setup.tool("refund")
@@ -827,7 +836,12 @@ def test_a_cancellation_during_the_call_posts_nothing_and_the_lease_expires(asyn
             )
         )
         await started.wait()
-        await asyncio.sleep(0.9)  # long enough for a heartbeat (every 2/3 s)
+        # Until a heartbeat (every 2/3 s) has reached Effectgate, however loaded the
+        # machine: read from a thread of its own, as the loop must keep running.
+        for _ in range(300):
+            await asyncio.sleep(0.1)
+            if await asyncio.to_thread(_heartbeats_of, setup.api.runner):
+                break
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
