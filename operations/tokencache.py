@@ -40,7 +40,8 @@ import copy
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
@@ -88,8 +89,12 @@ def seen_forget() -> None:
 
 def policy_generation() -> int | None:
     """The policy generation: the value this request's token generation read brought
-    (taken once), else read now. None on SQLite, where the table does not exist."""
-    seen, _seen.policies = getattr(_seen, "policies", None), None
+    (taken once, or kept while ``policy_generation_held``), else read now. None on
+    SQLite, where the table does not exist."""
+    held = getattr(_seen, "held", False)
+    seen = getattr(_seen, "policies", None)
+    if not held:
+        _seen.policies = None
     if seen is not None:
         return int(seen)
     connection = connections[DEFAULT_DB_ALIAS]
@@ -98,7 +103,22 @@ def policy_generation() -> int | None:
     with connection.cursor() as cursor:
         cursor.execute(POLICY_GENERATION_SQL)
         row = cursor.fetchone()
-    return None if row is None else int(row[0])
+    generation = None if row is None else int(row[0])
+    if held:
+        _seen.policies = generation
+    return generation
+
+
+@contextmanager
+def policy_generation_held() -> Iterator[None]:
+    """Within: one policy generation serves every registration (a batch's items, one
+    request: a change committed before the request began is seen by all of them)."""
+    _seen.held = True
+    try:
+        yield
+    finally:
+        _seen.held = False
+        _seen.policies = None
 
 
 def _read_as_health_check(connection: Any) -> tuple[Any, ...] | None:

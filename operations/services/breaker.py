@@ -141,6 +141,11 @@ def breaker_record_locked(op: Operation, *, succeeded: bool, code: str, now: dat
         # error of its own, say): stay half-open and let the next claim probe.
         tool.breaker_probe = None
         tool.save(update_fields=["breaker_probe"])
+    # The operation's copy of the tool learns it too: a batch's outcomes of one tool
+    # share it (``outcomes.attempts_lock``), and the next one's check above reads it.
+    cached.breaker_state, cached.breaker_failures = tool.breaker_state, tool.breaker_failures
+    cached.breaker_probe_id = tool.breaker_probe_id
+    cached.breaker_opened_at = tool.breaker_opened_at
 
 
 def tool_breaker_set(*, tool: Tool, open_it: bool, user: Person) -> Tool:

@@ -1,5 +1,6 @@
 """Outcomes of attempts, leases and late results (docs/api.md, The state machine)."""
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -157,7 +158,7 @@ def lease_expire_locked(op: Operation, *, actor: Actor, now: datetime) -> None:
     )
 
 
-def _outcome_body(body: dict[str, Any]) -> dict[str, Any]:
+def outcome_body(body: dict[str, Any]) -> dict[str, Any]:
     """The stored form of a posted outcome, for comparing a repeat with the original."""
     return {key: value for key, value in body.items() if value is not None}
 
@@ -169,11 +170,20 @@ _TOOL = Columns(Tool, "t")
 _ACTIVE = Columns(ToolVersion, "av")
 
 
-_LOCK_SQL: dict[str, str] = {}
+_LOCK_SQL: dict[tuple[str, bool], str] = {}
+_PARTS = (_OPERATION, _ATTEMPT, _VERSION, _TOOL, _ACTIVE)
 
 
-def _lock_sql(parts: tuple[Columns, ...]) -> str:
-    columns = ", ".join(part.sql() for part in parts)  # names from the models' metadata
+def _lock_sql(*, many: bool) -> str:
+    columns = ", ".join(part.sql() for part in _PARTS)  # names from the models' metadata
+    where = (
+        # A batch's pairs, in one read, locked in the operations' order (two racing
+        # batches on the same operations then never wait for each other in a cycle).
+        "WHERE (a.operation_id, a.number) IN (SELECT * FROM unnest(%s::text[], %s::int[])) "
+        "AND o.runner_id = %s ORDER BY o.id"
+        if many
+        else "WHERE a.operation_id = %s AND a.number = %s AND o.runner_id = %s"
+    )
     sql = (
         f"SELECT {columns}, "  # noqa: S608
         "EXISTS (SELECT 1 FROM approvals_approvalrequest r WHERE r.operation_id = o.id) "
@@ -182,15 +192,39 @@ def _lock_sql(parts: tuple[Columns, ...]) -> str:
         "JOIN operations_toolversion v ON v.id = o.tool_version_id "
         "JOIN operations_tool t ON t.name = o.tool_id "
         "LEFT JOIN operations_toolversion av ON av.id = t.active_version_id "
-        "WHERE a.operation_id = %s AND a.number = %s AND o.runner_id = %s"
+        f"{where}"
     )
     if connection.features.has_select_for_update_of:
         # The operation first, then its attempt, as every other path takes them (lock,
         # then current_attempt: heartbeats, the sweep, claims): PostgreSQL locks in
         # this order, and the opposite one deadlocks with them.
         sql += " FOR UPDATE OF o, a"
-    _LOCK_SQL[connection.vendor] = sql
+    _LOCK_SQL[(connection.vendor, many)] = sql
     return sql
+
+
+def _built(row: Sequence[Any], runner: Runner, tools: dict[str, Tool]) -> tuple[Operation, Attempt]:
+    """The operation and attempt of one row of the locking read, with what came with
+    them; operations of one tool share its row (``tools``), so that what the breaker
+    learns of one outcome the next one sees."""
+    built: list[Any] = []
+    offset = 0
+    for part in _PARTS:
+        values = row[offset : offset + len(part)]
+        offset += len(part)
+        built.append(part.build(values) if values[0] is not None else None)
+    op, attempt, version, tool, active = built
+    known = tools.get(tool.name)
+    if known is None:
+        tool.active_version = version if active is not None and active.pk == version.pk else active
+        tools[tool.name] = tool
+    else:
+        tool = known
+    op.tool_version, op.tool, op.runner = version, tool, runner
+    attempt.operation = op
+    if not row[offset]:
+        approvals_known_none(op)
+    return op, attempt
 
 
 def _lock_attempt(*, operation_id: str, number: int, runner: Runner) -> tuple[Operation, Attempt]:
@@ -201,8 +235,7 @@ def _lock_attempt(*, operation_id: str, number: int, runner: Runner) -> tuple[Op
     whether it ever had an approval request (if not, the answer's approval is none
     without another read).
     """
-    parts = (_OPERATION, _ATTEMPT, _VERSION, _TOOL, _ACTIVE)
-    sql = _LOCK_SQL.get(connection.vendor) or _lock_sql(parts)
+    sql = _LOCK_SQL.get((connection.vendor, False)) or _lock_sql(many=False)
     with connection.cursor() as cursor:
         cursor.execute(sql, [operation_id, number, runner.pk])
         row = cursor.fetchone()
@@ -210,19 +243,24 @@ def _lock_attempt(*, operation_id: str, number: int, runner: Runner) -> tuple[Op
         if Operation.objects.filter(pk=operation_id, runner=runner).exists():
             raise errors.NotFound(f"Operation {operation_id} has no attempt {number}.")
         raise errors.NotFound(f"No operation {operation_id!r}.")
-    built: list[Any] = []
-    offset = 0
-    for part in parts:
-        values = row[offset : offset + len(part)]
-        offset += len(part)
-        built.append(part.build(values) if values[0] is not None else None)
-    op, attempt, version, tool, active = built
-    tool.active_version = version if active is not None and active.pk == version.pk else active
-    op.tool_version, op.tool, op.runner = version, tool, runner
-    attempt.operation = op
-    if not row[offset]:
-        approvals_known_none(op)
-    return op, attempt
+    return _built(row, runner, {})
+
+
+def attempts_lock(
+    pairs: Sequence[tuple[str, int]], *, runner: Runner
+) -> dict[tuple[str, int], tuple[Operation, Attempt]]:
+    """The runner's operations and attempts named by ``pairs`` (operation, number),
+    locked in one read (PostgreSQL); a pair that is not there is not in the answer."""
+    sql = _LOCK_SQL.get((connection.vendor, True)) or _lock_sql(many=True)
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [[p[0] for p in pairs], [p[1] for p in pairs], runner.pk])
+        rows = cursor.fetchall()
+    tools: dict[str, Tool] = {}
+    found = {}
+    for row in rows:
+        op, attempt = _built(row, runner, tools)
+        found[(op.id, attempt.number)] = (op, attempt)
+    return found
 
 
 def attempt_record_outcome(
@@ -242,38 +280,44 @@ def attempt_record_outcome(
     operation of another run is not found, as one of another runner.
     """
     actor = Actor.of_runner(runner)
-    posted = _outcome_body(body)
+    posted = outcome_body(body)
     with transaction.atomic(durable=True):
         op, attempt = _lock_attempt(operation_id=operation_id, number=number, runner=runner)
         if run_id is not None and op.run_id != run_id:
             raise errors.NotFound(f"No operation {operation_id!r} in run {run_id!r}.")
-        now = timezone.now()
-        result: Operation | errors.DomainError
-        if attempt.status in (AttemptStatus.LEASE_EXPIRED, AttemptStatus.SUPERSEDED):
-            result = _late_outcome_locked(op, attempt=attempt, body=posted, actor=actor, now=now)
-        elif attempt.status != AttemptStatus.EXECUTING:
-            if canonical_json(attempt.outcome) == canonical_json(posted):
-                result = op
-            else:
-                record(
-                    op,
-                    kind=EventKind.OUTCOME_CONFLICT,
-                    actor=actor,
-                    now=now,
-                    data={
-                        "attempt": number,
-                        "recorded": attempt.status,
-                        "posted": posted["kind"],
-                        "code": posted.get("code"),
-                    },
-                )
-                result = errors.OutcomeConflict(
-                    f"Attempt {number} already ended {attempt.status}. If the effect is now "
-                    "known to have happened, post a reconciliation."
-                )
-        else:
-            result = _apply_outcome_locked(op, attempt=attempt, body=posted, actor=actor, now=now)
+        result = outcome_record_locked(op, attempt=attempt, posted=posted, actor=actor)
     return raise_after_commit(result)
+
+
+def outcome_record_locked(
+    op: Operation, *, attempt: Attempt, posted: dict[str, Any], actor: Actor
+) -> Operation | errors.DomainError:
+    """What ``attempt_record_outcome`` does once it holds the operation and its
+    attempt: the operation, or the refusal to raise once the trace it wrote commits."""
+    now = timezone.now()
+    number = attempt.number
+    if attempt.status in (AttemptStatus.LEASE_EXPIRED, AttemptStatus.SUPERSEDED):
+        return _late_outcome_locked(op, attempt=attempt, body=posted, actor=actor, now=now)
+    if attempt.status != AttemptStatus.EXECUTING:
+        if canonical_json(attempt.outcome) == canonical_json(posted):
+            return op
+        record(
+            op,
+            kind=EventKind.OUTCOME_CONFLICT,
+            actor=actor,
+            now=now,
+            data={
+                "attempt": number,
+                "recorded": attempt.status,
+                "posted": posted["kind"],
+                "code": posted.get("code"),
+            },
+        )
+        return errors.OutcomeConflict(
+            f"Attempt {number} already ended {attempt.status}. If the effect is now "
+            "known to have happened, post a reconciliation."
+        )
+    return _apply_outcome_locked(op, attempt=attempt, body=posted, actor=actor, now=now)
 
 
 def _add_spend(op: Operation, cost: Any) -> None:

@@ -501,15 +501,7 @@ def operation_register(
             previous=intent.previous,
             traceparent=traceparent,
         )
-        lean = (
-            not intent.approval_required
-            and intent.previous is None
-            and intent.tool.breaker_state == Tool.BreakerState.CLOSED
-            and not subscribes(runner, f"operation.{Status.READY}")
-            and not (
-                claim_lease_s is not None and subscribes(runner, f"operation.{Status.EXECUTING}")
-            )
-        )
+        lean = _lean(intent, runner=runner, claim_lease_s=claim_lease_s)
         registration = (
             _register_lean(op, actor=actor, claim_lease_s=claim_lease_s, now=now) if lean else None
         )
@@ -542,6 +534,18 @@ def operation_register(
     return registration
 
 
+def _lean(intent: "_Intent", *, runner: Runner, claim_lease_s: int | None) -> bool:
+    """Whether a registration takes the lean path: no approval, no retry link, a closed
+    breaker, and no webhook subscriber for the states it enters."""
+    return (
+        not intent.approval_required
+        and intent.previous is None
+        and intent.tool.breaker_state == Tool.BreakerState.CLOSED
+        and not subscribes(runner, f"operation.{Status.READY}")
+        and not (claim_lease_s is not None and subscribes(runner, f"operation.{Status.EXECUTING}"))
+    )
+
+
 def _run_count(run: Run, *, turn: int | None, now: datetime) -> None:
     """Count the tool call against the run's budgets, or refuse the registration.
 
@@ -570,21 +574,13 @@ def _run_count(run: Run, *, turn: int | None, now: datetime) -> None:
         raise errors.RunNotActive(f"Run {run.pk} cannot take another tool call.")
 
 
-def _register_lean(
-    op: Operation,
-    *,
-    actor: Actor,
-    claim_lease_s: int | None,
-    now: datetime,
-) -> Registration | None:
-    """Insert the operation as it ends the request (``executing`` when claimed), then
-    its attempt and its events (one multi-row INSERT); no row is read back.
-
-    It works on a copy of ``op``: None when the concurrency key's partial unique index
-    refused the copy as ``executing`` (another operation on the same resource holds
-    it), and ``op``, untouched, is registered ``ready`` on the general path, whose claim
-    answers the conflict.
-    """
+def lean_rows(
+    op: Operation, *, actor: Actor, claim_lease_s: int | None, now: datetime
+) -> tuple[Operation, Attempt | None, list[Any]]:
+    """What the lean path writes for ``op``, built and not written: a copy of ``op`` as
+    it ends the request (``executing`` when claimed, its chain head on the row), its
+    attempt (when claimed) and its events. ``op`` itself is left untouched, so the
+    general path can still register it ``ready``."""
     op = copy.copy(op)
     registered = event_build(
         stream=op.id,
@@ -619,6 +615,25 @@ def _register_lean(
             )
         )
     op.event_seq, op.event_head = len(events), events[-1].hash
+    return op, attempt, events
+
+
+def _register_lean(
+    op: Operation,
+    *,
+    actor: Actor,
+    claim_lease_s: int | None,
+    now: datetime,
+) -> Registration | None:
+    """Insert the operation as it ends the request (``executing`` when claimed), then
+    its attempt and its events (one multi-row INSERT); no row is read back.
+
+    It works on a copy of ``op`` (``lean_rows``): None when the concurrency key's
+    partial unique index refused the copy as ``executing`` (another operation on the
+    same resource holds it), and ``op``, untouched, is registered ``ready`` on the
+    general path, whose claim answers the conflict.
+    """
+    op, attempt, events = lean_rows(op, actor=actor, claim_lease_s=claim_lease_s, now=now)
     if not insert_unless_conflict(op):
         existing = _existing(runner=op.runner, operation_key=op.operation_key)
         if existing is not None:

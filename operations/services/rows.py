@@ -6,15 +6,22 @@ set, and row count) and send only parameters after that, so PostgreSQL can prepa
 
 - ``insert_unless_conflict``: one row, ``ON CONFLICT DO NOTHING``, says whether it was
   written (what a savepoint around a failing ``save`` said);
+- ``insert_each_unless_conflict``: several rows of one model, each unless it conflicts;
 - ``insert_all``: rows of one or more tables in one statement on PostgreSQL;
 - ``save_fields``: ``save(update_fields=...)`` without building the query;
+- ``deferred``: within it, ``insert_unless_conflict``, ``insert_all`` and
+  ``save_fields`` gather their rows and write them at ``Deferred.flush``, each table's
+  inserts in one statement and each set of updated columns in one ``UPDATE ... FROM
+  (VALUES ...)`` (a batch of outcomes: three statements for all its items);
 - ``Columns``: a hand-written SELECT's columns and the instances built from them as
   the ORM builds them.
 
 Nothing here opens a transaction: callers (the services) own theirs.
 """
 
-from collections.abc import Iterable, Sequence
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, cast
 
@@ -67,6 +74,11 @@ def insert_unless_conflict(instance: Model) -> bool:
     in one statement and without aborting the transaction; the caller reads what the
     conflict was only when there was one.
     """
+    pending = _pending()
+    if pending is not None:
+        # Assumed written; a conflict at the flush raises ``DeferredConflict``.
+        pending.insert(instance, unless_conflict=True)
+        return True
     sql, params = _insert_parts([instance])
     with connection.cursor() as cursor:
         cursor.execute(sql + " ON CONFLICT DO NOTHING", params)
@@ -76,6 +88,21 @@ def insert_unless_conflict(instance: Model) -> bool:
     return inserted
 
 
+def insert_each_unless_conflict(instances: Sequence[Model]) -> set[Any]:
+    """INSERT rows of one model in one statement, each unless a unique constraint
+    already holds its values (``ON CONFLICT DO NOTHING``); the primary keys of those
+    written (the caller made them). PostgreSQL only (``RETURNING``)."""
+    model = type(instances[0])
+    pk = cast(Field, model._meta.pk)
+    sql, params = _insert_parts(list(instances))
+    quote = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(f"{sql} ON CONFLICT DO NOTHING RETURNING {quote(pk.column)}", params)
+        written = {row[0] for row in cursor.fetchall()}
+    _written(instance for instance in instances if instance.pk in written)
+    return written
+
+
 def insert_all(*instances: Model) -> None:
     """INSERT new rows of one or more tables, in the order given by table.
 
@@ -83,6 +110,11 @@ def insert_all(*instances: Model) -> None:
     table's INSERT), one per table elsewhere. No row is read back: the caller made the
     rows, keys included (an automatic key stays unset on the instance).
     """
+    pending = _pending()
+    if pending is not None:
+        for instance in instances:
+            pending.insert(instance, unless_conflict=False)
+        return
     groups: dict[type[Model], list[Model]] = {}
     for instance in instances:
         groups.setdefault(type(instance), []).append(instance)
@@ -128,8 +160,102 @@ def save_fields(instance: Model, names: Iterable[str]) -> None:
     params = [
         field.get_db_prep_save(field.pre_save(instance, False), connection) for field in fields
     ]
+    pending = _pending()
+    if pending is not None:
+        pending.update(model, key[2], fields, instance.pk, params)
+        return
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, instance.pk])
+
+
+class DeferredConflict(Exception):
+    """A deferred ``insert_unless_conflict`` met its conflict at the flush: the caller's
+    transaction must be rolled back (what was assumed written was not)."""
+
+
+_state = threading.local()
+
+
+def _pending() -> "Deferred | None":
+    return getattr(_state, "deferred", None)
+
+
+class Deferred:
+    """The rows gathered within ``deferred``, written by ``flush``: first each table's
+    inserts (one statement per table), then each set of updated columns (one statement
+    per model and columns). A row updated twice is written in order: the first update
+    flushes what was gathered before the second is gathered."""
+
+    def __init__(self) -> None:
+        self._inserts: dict[type[Model], list[Model]] = {}
+        self._checked: set[type[Model]] = set()
+        self._updates: dict[tuple[type[Model], tuple[str, ...]], list[Any]] = {}
+        self._fields: dict[tuple[type[Model], tuple[str, ...]], list[Field]] = {}
+        self._updated: set[tuple[type[Model], Any]] = set()
+
+    def insert(self, instance: Model, *, unless_conflict: bool) -> None:
+        self._inserts.setdefault(type(instance), []).append(instance)
+        if unless_conflict:
+            self._checked.add(type(instance))
+
+    def update(
+        self,
+        model: type[Model],
+        names: tuple[str, ...],
+        fields: list[Field],
+        pk: Any,
+        params: list[Any],
+    ) -> None:
+        if (model, pk) in self._updated:
+            self.flush()
+        self._updated.add((model, pk))
+        self._fields[(model, names)] = fields
+        self._updates.setdefault((model, names), []).append((pk, params))
+
+    def flush(self) -> None:
+        inserts, checked, updates = self._inserts, self._checked, self._updates
+        self._inserts, self._checked, self._updates, self._updated = {}, set(), {}, set()
+        quote = connection.ops.quote_name
+        with connection.cursor() as cursor:
+            for model, instances in inserts.items():
+                sql, params = _insert_parts(instances)
+                if model in checked:
+                    cursor.execute(sql + " ON CONFLICT DO NOTHING", params)
+                    if cursor.rowcount != len(instances):
+                        raise DeferredConflict(model._meta.db_table)
+                else:
+                    cursor.execute(sql, params)
+                _written(instances)
+            for (model, names), rows in updates.items():
+                fields = self._fields[(model, names)]
+                pk = cast(Field, model._meta.pk)
+                columns = [cast(str, field.column) for field in fields]
+                types = [pk.db_type(connection), *(field.db_type(connection) for field in fields)]
+                row = "(" + ", ".join(f"CAST(%s AS {kind})" for kind in types) + ")"
+                names_sql = ", ".join(quote(name) for name in ["_pk", *columns])
+                assignments = ", ".join(f"{quote(c)} = v.{quote(c)}" for c in columns)
+                table = quote(model._meta.db_table)
+                # Names and types from the models' own metadata, values as parameters.
+                sql = (
+                    f"UPDATE {table} SET {assignments} FROM (VALUES "  # noqa: S608
+                    + ", ".join([row] * len(rows))
+                    + f") AS v ({names_sql}) WHERE {table}.{quote(cast(str, pk.column))} = v._pk"
+                )
+                cursor.execute(sql, [value for key, params in rows for value in (key, *params)])
+
+
+@contextmanager
+def deferred() -> Iterator[Deferred]:
+    """Gather this thread's row writes until ``Deferred.flush`` (PostgreSQL: the
+    statements use ``RETURNING`` and ``UPDATE ... FROM``). The caller flushes before its
+    transaction ends; what is not flushed is not written."""
+    if _pending() is not None:
+        raise RuntimeError("Writes are already deferred.")
+    pending = _state.deferred = Deferred()
+    try:
+        yield pending
+    finally:
+        _state.deferred = None
 
 
 class Columns:
