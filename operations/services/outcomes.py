@@ -203,23 +203,34 @@ def _lock_sql(*, many: bool) -> str:
     return sql
 
 
-def _built(row: Sequence[Any], runner: Runner, tools: dict[str, Tool]) -> tuple[Operation, Attempt]:
+def _built(row: Sequence[Any], runner: Runner, seen: dict[Any, Any]) -> tuple[Operation, Attempt]:
     """The operation and attempt of one row of the locking read, with what came with
-    them; operations of one tool share its row (``tools``), so that what the breaker
+    them. Operations of one contract version share its instance, and those of one tool
+    share the tool's (``seen``, across a batch's rows): built once, and what the breaker
     learns of one outcome the next one sees."""
-    built: list[Any] = []
-    offset = 0
-    for part in _PARTS:
-        values = row[offset : offset + len(part)]
-        offset += len(part)
-        built.append(part.build(values) if values[0] is not None else None)
-    op, attempt, version, tool, active = built
-    known = tools.get(tool.name)
-    if known is None:
-        tool.active_version = version if active is not None and active.pk == version.pk else active
-        tools[tool.name] = tool
+    offset = len(_OPERATION) + len(_ATTEMPT)
+    op = _OPERATION.build(row[: len(_OPERATION)])
+    attempt = _ATTEMPT.build(row[len(_OPERATION) : offset])
+    shared = seen.get(("version", row[offset]))
+    if shared is None:
+        built: list[Any] = []
+        for part in (_VERSION, _TOOL, _ACTIVE):
+            values = row[offset : offset + len(part)]
+            offset += len(part)
+            built.append(part.build(values) if values[0] is not None else None)
+        version, tool, active = built
+        known = seen.get(("tool", tool.name))
+        if known is None:
+            tool.active_version = (
+                version if active is not None and active.pk == version.pk else active
+            )
+            seen[("tool", tool.name)] = tool
+        else:
+            tool = known
+        shared = seen[("version", version.pk)] = (version, tool)
     else:
-        tool = known
+        offset += len(_VERSION) + len(_TOOL) + len(_ACTIVE)
+    version, tool = shared
     op.tool_version, op.tool, op.runner = version, tool, runner
     attempt.operation = op
     if not row[offset]:
@@ -255,10 +266,10 @@ def attempts_lock(
     with connection.cursor() as cursor:
         cursor.execute(sql, [[p[0] for p in pairs], [p[1] for p in pairs], runner.pk])
         rows = cursor.fetchall()
-    tools: dict[str, Tool] = {}
+    seen: dict[Any, Any] = {}
     found = {}
     for row in rows:
-        op, attempt = _built(row, runner, tools)
+        op, attempt = _built(row, runner, seen)
         found[(op.id, attempt.number)] = (op, attempt)
     return found
 

@@ -485,6 +485,23 @@ class Ledger(RuleBasedStateMachine):
                 path = f"/api/v1/operations/{op}/attempts/{number}/outcome"
                 self._ok(self.api.post(path, outcome))
 
+    @rule(data=st.data(), size=st.integers(2, 4))
+    def outcomes_of_several_in_one_batch(self, data, size) -> None:
+        """Several outcomes in one batch (the set-based write on PostgreSQL): the
+        operations picked as a single outcome picks them, the same one possibly twice,
+        each item with its own outcome; every item answers without a server error, and
+        the invariants hold after."""
+        items = []
+        for _ in range(size):
+            op = self._pick(data, Status.EXECUTING)
+            if op is None:
+                return
+            outcome = data.draw(st.sampled_from(OUTCOMES), label="outcome")
+            items.append({"operation": op, "attempt": self._attempt(data, op), **outcome})
+        batch = self._ok(self.api.post(f"/api/v1/runs/{self.run_id}/outcomes", items))
+        assert len(batch["results"]) == size, batch
+        assert all(item["status"] < 500 for item in batch["results"]), batch
+
     @rule(data=st.data(), result=st.sampled_from(["committed", "not_found", "still_unknown"]))
     def reconcile(self, data, result) -> None:
         op = self._pick(data, Status.OUTCOME_UNKNOWN)

@@ -6,7 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from operations import canonical
 from operations.canonical import canonical_json, intent_hash
 
 REPO = Path(__file__).resolve().parents[2]
@@ -58,3 +62,42 @@ def test_intent_hash_ignores_key_order_and_number_spelling():
     b = intent_hash(tool="t", arguments={"b": [1, 2], "a": 1}, principal="p")
     assert a == b
     assert a != intent_hash(tool="t", arguments={"a": 2, "b": [1, 2]}, principal="p")
+
+
+# JSON values of every kind the fast path takes or leaves to the rfc8785 package:
+# non-ASCII and control characters, keys that sort differently by UTF-16 code unit than
+# by code point (U+E000.. against U+10000..), integers at and past JCS's bounds, floats.
+_TEXT = st.text(
+    alphabet=st.one_of(
+        st.characters(codec="ascii"),
+        st.sampled_from(["\x00", "\x1f", "\x7f", "\u2028", "\ue000", "\U0001f600", "é"]),
+    ),
+    max_size=6,
+)
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**53) + 1, 2**53 - 1),
+    st.sampled_from([2**53 - 1, -(2**53) + 1]),
+    st.floats(allow_nan=False, allow_infinity=False),
+    _TEXT,
+)
+_JSON = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_JSON)
+def test_the_fast_path_writes_what_the_rfc8785_package_writes(value):
+    assert canonical_json(value) == rfc8785.dumps(value)
+
+
+def test_the_fast_path_leaves_what_it_cannot_write_alike_to_the_package():
+    assert canonical._plain({"a": [1, "b", None, True]})
+    for value in ({"é": 1}, {"a": 1.5}, ["\U0001f600"], 2**53, {1: 2}):
+        assert not canonical._plain(value)
+    with pytest.raises(rfc8785.IntegerDomainError):
+        canonical_json({"a": 2**53})
