@@ -9,6 +9,7 @@ has the guide and an example agent loop.
 """
 
 from ._version import __version__
+from ._wire import BatchItem, BatchRegistration, OutcomeItem
 from .answers import (
     Approval,
     ApprovalDetail,
@@ -45,7 +46,6 @@ from .answers import (
     ToolResult,
     Usage,
 )
-from ._wire import BatchItem, BatchRegistration, OutcomeItem
 from .client import AsyncEffectgateClient, EffectgateClient
 from .errors import (
     ApprovalRequired,

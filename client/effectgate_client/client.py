@@ -57,8 +57,8 @@ from ._wire import (
     _next_page,
     _outcome_bodies,
     _receive,
-    _register_many_bodies,
     _register_body,
+    _register_many_bodies,
     _run_body,
     _segment,
 )

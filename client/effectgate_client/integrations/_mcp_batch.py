@@ -28,7 +28,9 @@ DEFAULT_WINDOW_S = 0.002
 class _Coalescer:
     """One run's queue of one kind of request: at most one request in flight."""
 
-    def __init__(self, send: Callable[[list[Any]], Awaitable[list[tuple[Any, Any]]]], window_s: float):
+    def __init__(
+        self, send: Callable[[list[Any]], Awaitable[list[tuple[Any, Any]]]], window_s: float
+    ):
         self.send = send
         self.window_s = window_s
         self.pending: list[tuple[Any, asyncio.Future[Any]]] = []

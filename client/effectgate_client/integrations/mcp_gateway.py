@@ -146,9 +146,9 @@ from ..errors import (
 )
 from ..outcomes import NotSent, Succeeded
 from ..runner import AsyncRunner, AttemptContext
-from ._mcp_batch import CoalescingRunner
 from ..waiters import AsyncPollingWaiter
 from ._common import derived_key, refusal_envelope
+from ._mcp_batch import CoalescingRunner
 from ._mcp_config import ConfigError, GatewayConfig, load
 from ._mcp_elicit import ApprovalPrompt, PromptingWaiter, approval_url, opens_urls
 from ._mcp_upstream import (
