@@ -29,6 +29,9 @@ when the process dies. Nothing here ever calls the tool again after an unknown o
 of an irreversible or compensable tool: only Effectgate decides that, after
 reconciliation.
 
+``execute_many`` takes the parallel calls of one model turn through the same protocol
+with one batch registration and one batch of outcomes (``_many``).
+
 ``AsyncRunner`` is ``Runner`` for asyncio: ``await runner.execute(...)`` over an
 ``AsyncEffectgateClient``, with tool functions that may be coroutine functions. Both
 drive the same plan (``_RunnerCore._execute_plan``, see ``_plan``), so every decision

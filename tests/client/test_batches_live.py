@@ -10,6 +10,7 @@ from effectgate_client import (
     EffectgateClient,
     InvalidArguments,
     NotFound,
+    OutcomeNotRecorded,
     Succeeded,
 )
 from operations.models import Operation
@@ -198,3 +199,47 @@ def test_execute_many_takes_1_to_50_calls_of_one_run(setup):
     call = _call(setup, 1, calls=Calls())
     with pytest.raises(ValueError, match="one run"):
         _execute_many(setup, [call, {**call, "run": "run_other"}])
+
+
+@pytest.fixture(params=["sync", "async"])
+def make_setup(live_server, request):
+    made = []
+
+    def make(**options):
+        made.append(Setup(live_server, request.param, **options))
+        return made[-1]
+
+    yield make
+    for item in made:
+        item.close()
+
+
+def test_an_outcome_batch_that_stays_lost_keeps_each_outcome_and_runs_nothing_again(make_setup):
+    transport = LosingTransport(lose={r"POST /api/v1/runs/[^/]+/outcomes": 100})
+    setup = make_setup(transport=transport)
+    setup.tool("refund")
+    tools = [Calls(Succeeded(downstream_id=f"re_{n}")) for n in range(2)]
+    results = _execute_many(setup, [_call(setup, n, calls=tools[n]) for n in range(2)])
+
+    assert all(isinstance(result, OutcomeNotRecorded) for result in results)
+    assert [result.outcome for result in results] == [
+        {"kind": "succeeded", "downstream_id": "re_0"},
+        {"kind": "succeeded", "downstream_id": "re_1"},
+    ]
+    assert [result.attempt for result in results] == [1, 1]
+    assert [len(tool.contexts) for tool in tools] == [1, 1]
+    # Every answer was lost after Effectgate recorded the outcome: the batch was sent
+    # once and repeated six times, and each outcome is recorded once.
+    assert len(transport.lost) == 7
+    assert set(Operation.objects.values_list("status", "attempts")) == {("succeeded", 1)}
+
+
+def test_an_unknown_outcome_in_a_batch_is_never_run_again(setup):
+    setup.tool("refund", effect_class="irreversible")
+    crashing, fine = Calls(RuntimeError("connection reset after send")), Calls()
+    results = _execute_many(setup, [_call(setup, 1, calls=crashing), _call(setup, 2, calls=fine)])
+    assert [result.status for result in results] == ["outcome_unknown", "succeeded"]
+    assert (len(crashing.contexts), len(fine.contexts)) == (1, 1)
+    again = _execute_many(setup, [_call(setup, 1, calls=crashing), _call(setup, 2, calls=fine)])
+    assert [result.status for result in again] == ["outcome_unknown", "succeeded"]
+    assert (len(crashing.contexts), len(fine.contexts)) == (1, 1)

@@ -44,6 +44,7 @@ class _Coalescer:
         return await future
 
     async def _flush(self) -> None:
+        batch: list[tuple[Any, asyncio.Future[Any]]] = []
         try:
             await asyncio.sleep(self.window_s)
             while self.pending:
@@ -52,6 +53,7 @@ class _Coalescer:
                 try:
                     answers = await self.send([effect for effect, _ in batch])
                 except Exception as exc:
+                    # The whole request failed: each call meets what its single one would.
                     answers = [(None, exc)] * len(batch)
                 for (_, future), (reply, error) in zip(batch, answers, strict=True):
                     if future.done():
@@ -60,8 +62,14 @@ class _Coalescer:
                         future.set_exception(error)
                     else:
                         future.set_result(reply)
+                batch = []
         finally:
             self.task = None
+            # Cancelled (the loop is closing): no call waits for an answer that will not
+            # come; each is cancelled, as its own request would have been.
+            for _, future in batch + self.pending:
+                future.cancel()
+            self.pending.clear()
 
 
 class CoalescingRunner(AsyncRunner):
