@@ -122,16 +122,10 @@ def outcomes_plan(
     return [(item.operation, item.error) for item in items]
 
 
-def _quiet(perform: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``perform``, calling tools without a heartbeat of their own (the driver beats
-    from the claim until the outcome is recorded)."""
-
-    def perform_quietly(effect: Any) -> Any:
-        if isinstance(effect, _Invoke):
-            effect = replace(effect, beat=False)
-        return perform(effect)
-
-    return perform_quietly
+def _without_beat(effect: Any) -> Any:
+    """A tool call without a heartbeat of its own: the driver beats each claimed
+    attempt from the claim until its outcome is recorded."""
+    return replace(effect, beat=False) if isinstance(effect, _Invoke) else effect
 
 
 def _caught(function: Callable[[], Any]) -> Any:
@@ -148,14 +142,17 @@ def execute_many(
     answers: list[Any] = [start.error for start in starts]
     claimed = [i for i, start in enumerate(starts) if start.context is not None]
     workers = max_workers or max(1, min(len(starts), DEFAULT_WORKERS))
-    quiet = _quiet(runner._perform)
     paused: dict[int, Paused] = {}
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="execute-many") as pool:
         beats = [runner._beating(starts[i].context) for i in claimed]  # type: ignore[arg-type]
         try:
 
             def first(i: int) -> Any:
-                return _caught(lambda: drive_until(starts[i].plan, quiet, _is_outcome))  # type: ignore[arg-type]
+                def quiet(effect: Any) -> Any:
+                    return runner._perform(_without_beat(effect))
+
+                plan = starts[i].plan
+                return _caught(lambda: drive_until(plan, quiet, _is_outcome))  # type: ignore[arg-type]
 
             for i, answer in zip(claimed, pool.map(first, claimed), strict=True):
                 if isinstance(answer, Paused):
@@ -197,11 +194,10 @@ async def aexecute_many(
     starts = await adrive(start_plan(runner, calls), runner._perform)
     answers: list[Any] = [start.error for start in starts]
     claimed = [i for i, start in enumerate(starts) if start.context is not None]
-    quiet_sync = _quiet(lambda effect: effect)
     paused: dict[int, Paused] = {}
 
     async def quiet(effect: Any) -> Any:
-        return await runner._perform(quiet_sync(effect))
+        return await runner._perform(_without_beat(effect))
 
     async def first(i: int) -> Any:
         try:
