@@ -9,12 +9,14 @@ has the guide and an example agent loop.
 """
 
 from ._version import __version__
+from ._wire import BatchItem, BatchRegistration, OutcomeItem
 from .answers import (
     Approval,
     ApprovalDetail,
     ApprovalStatus,
     Attempt,
     AttemptStatus,
+    BatchRefusal,
     Budgets,
     ClaimError,
     Decision,
@@ -28,11 +30,15 @@ from .answers import (
     OperationPage,
     OperationStatus,
     OutcomeAnswer,
+    OutcomeBatch,
+    OutcomeBatchDone,
     OutcomeBody,
     OutcomeKind,
     Problem,
     ProblemFieldError,
     RegisteredOperation,
+    RegistrationBatch,
+    RegistrationBatchDone,
     Run,
     RunStatus,
     Tool,
@@ -95,7 +101,7 @@ from .errors import (
     UrlNotAllowed,
 )
 from .outcomes import Failed, NotSent, Succeeded, ToolOutcome, Unknown, outcome_from_httpx_error
-from .runner import AsyncRunner, AttemptContext, Runner, ToolCallResult
+from .runner import AsyncRunner, AttemptContext, Runner, ToolCall, ToolCallResult
 from .waiters import (
     AsyncNotifiedWaiter,
     AsyncPollingWaiter,
@@ -119,6 +125,9 @@ __all__ = [
     "AttemptContext",
     "AttemptInProgress",
     "AttemptStatus",
+    "BatchItem",
+    "BatchRefusal",
+    "BatchRegistration",
     "BudgetExhausted",
     "Budgets",
     "ClaimError",
@@ -165,8 +174,11 @@ __all__ = [
     "OperationPage",
     "OperationStatus",
     "OutcomeAnswer",
+    "OutcomeBatch",
+    "OutcomeBatchDone",
     "OutcomeBody",
     "OutcomeConflict",
+    "OutcomeItem",
     "OutcomeKind",
     "OutcomeNotRecorded",
     "PayloadTooLarge",
@@ -178,6 +190,8 @@ __all__ = [
     "RateLimited",
     "ReconciliationRequired",
     "RegisteredOperation",
+    "RegistrationBatch",
+    "RegistrationBatchDone",
     "RetryLater",
     "Run",
     "RunNotActive",
@@ -188,6 +202,7 @@ __all__ = [
     "Succeeded",
     "Superseded",
     "Tool",
+    "ToolCall",
     "ToolCallResult",
     "ToolForbidden",
     "ToolNotActive",

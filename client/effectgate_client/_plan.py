@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 
@@ -25,42 +26,97 @@ T = TypeVar("T")
 Plan = Generator[Any, Any, T]
 
 
-def drive(plan: Plan[T], perform: Callable[[Any], Any]) -> T:
-    """Run ``plan`` to its answer, performing each effect with ``perform``."""
-    reply: Any = None
-    error: Exception | None = None
+@dataclass(frozen=True)
+class Paused:
+    """What ``drive_until`` ends with when the plan yielded an effect it stops at: the
+    plan waits at that ``yield``; ``drive(paused.plan, ..., reply=...)`` (or
+    ``error=``) goes on with that effect's result (``Runner.execute_many`` posts the
+    outcomes of several plans in one request this way)."""
+
+    plan: Plan[Any]
+    effect: Any
+
+
+def drive_until(
+    plan: Plan[T],
+    perform: Callable[[Any], Any],
+    until: Callable[[Any], bool] | None = None,
+    *,
+    reply: Any = None,
+    error: Exception | None = None,
+) -> T | Paused:
+    """Run ``plan``, performing each effect with ``perform``, to its answer or to the
+    first effect ``until`` picks (``Paused``; the plan is then left open). ``reply`` or
+    ``error`` resume a paused plan with the result of the effect it stopped at."""
+    paused = False
     try:
         while True:
             try:
                 effect = plan.send(reply) if error is None else plan.throw(error)
             except StopIteration as done:
                 return done.value
+            if until is not None and until(effect):
+                paused = True
+                return Paused(plan, effect)
             reply, error = None, None
             try:
                 reply = perform(effect)
             except Exception as exc:
                 error = exc
     finally:
-        plan.close()
+        if not paused:
+            plan.close()
 
 
-async def adrive(plan: Plan[T], perform: Callable[[Any], Awaitable[Any]]) -> T:
-    """``drive`` with effects that are awaited."""
-    reply: Any = None
-    error: Exception | None = None
+async def adrive_until(
+    plan: Plan[T],
+    perform: Callable[[Any], Awaitable[Any]],
+    until: Callable[[Any], bool] | None = None,
+    *,
+    reply: Any = None,
+    error: Exception | None = None,
+) -> T | Paused:
+    """``drive_until`` with effects that are awaited."""
+    paused = False
     try:
         while True:
             try:
                 effect = plan.send(reply) if error is None else plan.throw(error)
             except StopIteration as done:
                 return done.value
+            if until is not None and until(effect):
+                paused = True
+                return Paused(plan, effect)
             reply, error = None, None
             try:
                 reply = await perform(effect)
             except Exception as exc:
                 error = exc
     finally:
-        plan.close()
+        if not paused:
+            plan.close()
+
+
+def drive(
+    plan: Plan[T],
+    perform: Callable[[Any], Any],
+    *,
+    reply: Any = None,
+    error: Exception | None = None,
+) -> T:
+    """Run ``plan`` to its answer, performing each effect with ``perform``."""
+    return cast(T, drive_until(plan, perform, reply=reply, error=error))
+
+
+async def adrive(
+    plan: Plan[T],
+    perform: Callable[[Any], Awaitable[Any]],
+    *,
+    reply: Any = None,
+    error: Exception | None = None,
+) -> T:
+    """``drive`` with effects that are awaited."""
+    return cast(T, await adrive_until(plan, perform, reply=reply, error=error))
 
 
 async def resolved(value: Any) -> Any:

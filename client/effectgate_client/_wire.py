@@ -6,16 +6,21 @@ answers are repeated, and when, is ``client._ClientCore``'s.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NotRequired, Required, TypedDict
+from typing import Any, Generic, NotRequired, Required, TypedDict, TypeVar
 from urllib.parse import quote
 
 import httpx
 
-from .answers import Budgets
-from .errors import UnexpectedResponse, request_id_of
+from .answers import Budgets, OutcomeBody
+from .errors import ProblemError, UnexpectedResponse, request_id_of
 
 API_PREFIX = "/api/v1"
+# Items per batch request (api.md, Batches).
+BATCH_MAX_ITEMS = 50
+
+A = TypeVar("A")
 
 
 def _segment(value: str) -> str:
@@ -99,6 +104,79 @@ class RegisterFields(TypedDict):
     turn: NotRequired[int | None]
     approval: NotRequired[dict[str, Any] | None]
     claim_lease_s: NotRequired[int | None]
+
+
+class BatchRegistration(TypedDict):
+    """One item of ``register_many``: what ``register`` takes; ``run`` may be left out
+    (it is the batch's)."""
+
+    tool: Required[str]
+    operation_key: Required[str]
+    arguments: Required[dict[str, Any]]
+    run: NotRequired[str]
+    call_id: NotRequired[str | None]
+    turn: NotRequired[int | None]
+    approval: NotRequired[dict[str, Any] | None]
+    claim_lease_s: NotRequired[int | None]
+
+
+class OutcomeItem(OutcomeBody):
+    """One item of ``post_outcomes``: an attempt's outcome with the ``operation`` and
+    ``attempt`` it is for."""
+
+    operation: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class BatchItem(Generic[A]):
+    """One item's answer in a batch, in the request's order: its HTTP ``status`` and
+    either the ``operation`` (what the single call answers) or the ``error`` (the typed
+    ``ProblemError`` the single call raises for that problem, with the batch request's
+    ``request_id``)."""
+
+    status: int
+    operation: A | None = None
+    error: ProblemError | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    def unwrap(self) -> A:
+        """The operation, or raise the item's error (as the single call would)."""
+        if self.error is not None:
+            raise self.error
+        assert self.operation is not None
+        return self.operation
+
+
+def _batch_size_check(items: Sequence[Any]) -> None:
+    if not 1 <= len(items) <= BATCH_MAX_ITEMS:
+        raise ValueError(f"a batch holds 1 to {BATCH_MAX_ITEMS} items, not {len(items)}")
+
+
+def _register_many_bodies(
+    run_id: str, registrations: Sequence[BatchRegistration | Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    _batch_size_check(registrations)
+    bodies = []
+    for item in registrations:
+        if item.get("run", run_id) != run_id:
+            raise ValueError(f"every registration of the batch must be of run {run_id}")
+        fields: RegisterFields = {**item, "run": run_id}  # type: ignore[typeddict-item]
+        bodies.append(_register_body(fields))
+    return bodies
+
+
+def _outcome_bodies(outcomes: Sequence[OutcomeItem | Mapping[str, Any]]) -> list[dict[str, Any]]:
+    _batch_size_check(outcomes)
+    bodies = []
+    for item in outcomes:
+        if not item.get("operation") or not isinstance(item.get("attempt"), int):
+            raise ValueError("every outcome of the batch needs its operation and attempt")
+        bodies.append(dict(item))
+    return bodies
 
 
 def _run_body(

@@ -325,12 +325,52 @@ class Problem(TypedDict):
     request_id: str
 
 
+# --- batches (api.md, Batches) --------------------------------------------------------------
+
+
+class BatchRefusal(TypedDict):
+    """A refused item of a batch answer: the status and problem the single call answers
+    (``register_many`` and ``post_outcomes`` raise it as ``BatchItem.error``)."""
+
+    status: int
+    problem: Problem
+
+
+class RegistrationBatchDone(TypedDict):
+    """A registered item of a batch: 201 new, 200 the same operation again."""
+
+    status: Literal[200, 201]
+    operation: RegisteredOperation
+
+
+class RegistrationBatch(TypedDict):
+    """The answer of ``POST /operations`` with an array (``RegistrationBatchOut``):
+    each item's answer, in order; ``register_many`` turns them into ``BatchItem``s."""
+
+    results: list[RegistrationBatchDone | BatchRefusal]
+
+
+class OutcomeBatchDone(TypedDict):
+    """A recorded item of an outcome batch: the operation with its ``tool_result``."""
+
+    status: Literal[200]
+    operation: OutcomeAnswer
+
+
+class OutcomeBatch(TypedDict):
+    """The answer of ``POST /runs/{run_id}/outcomes`` (``OutcomeBatchOut``);
+    ``post_outcomes`` turns it into ``BatchItem``s."""
+
+    results: list[OutcomeBatchDone | BatchRefusal]
+
+
 __all__ = [
     "Approval",
     "ApprovalDetail",
     "ApprovalStatus",
     "Attempt",
     "AttemptStatus",
+    "BatchRefusal",
     "Budgets",
     "ClaimError",
     "Decision",
@@ -344,11 +384,15 @@ __all__ = [
     "OperationPage",
     "OperationStatus",
     "OutcomeAnswer",
+    "OutcomeBatch",
+    "OutcomeBatchDone",
     "OutcomeBody",
     "OutcomeKind",
     "Problem",
     "ProblemFieldError",
     "RegisteredOperation",
+    "RegistrationBatch",
+    "RegistrationBatchDone",
     "Run",
     "RunStatus",
     "Tool",

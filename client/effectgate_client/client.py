@@ -14,6 +14,9 @@ safe because of how the API is built, call by call:
 - ``post_outcome``: the same outcome for the same attempt answers 200 with the same
   body. ``heartbeat`` and every ``GET`` are idempotent; ``put_tool`` with an unchanged
   contract answers the same version.
+- ``register_many`` and ``post_outcomes`` (api.md, Batches): a batch is its items, each
+  safe to repeat as its single call is; a lost answer repeats the whole batch, and the
+  items answered 429 or 5xx are repeated alone, as their single calls would be.
 - ``create_run`` is the exception: a lost answer may leave an empty run behind. It
   holds no operation and costs nothing.
 
@@ -33,7 +36,7 @@ import random
 import time
 import warnings
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 import httpx
@@ -42,6 +45,9 @@ from ._plan import Plan, adrive, drive
 from ._version import __version__
 from ._wire import (
     API_PREFIX,
+    BatchItem,
+    BatchRegistration,
+    OutcomeItem,
     Pause,
     RegisterFields,
     Send,
@@ -49,8 +55,10 @@ from ._wire import (
     _evidence_body,
     _list_params,
     _next_page,
+    _outcome_bodies,
     _receive,
     _register_body,
+    _register_many_bodies,
     _run_body,
     _segment,
 )
@@ -75,7 +83,9 @@ from .errors import (
     NotUnknown,
     ProblemError,
     TransportError,
+    UnexpectedResponse,
     inactive_contract_message,
+    problem_from_body,
     problem_from_response,
 )
 
@@ -223,6 +233,46 @@ class _ClientCore:
     def _register_plan(self, fields: RegisterFields) -> Plan[RegisteredOperation]:
         body = _register_body(fields)
         return (yield from self._request_plan("POST", "/operations", json=body))
+
+    def _batch_plan(self, path: str, bodies: list[dict[str, Any]]) -> Plan[list[BatchItem[Any]]]:
+        """One batch request (repeated while its answer is lost), then its items answered
+        429 or 5xx alone, as often as a single call is repeated; the items in order."""
+        items: list[BatchItem[Any] | None] = [None] * len(bodies)
+        todo = list(range(len(bodies)))
+        retry = 0
+        while True:
+            answer = yield from self._request_plan("POST", path, json=[bodies[i] for i in todo])
+            results = answer.get("results") if isinstance(answer, dict) else None
+            if not isinstance(results, list) or len(results) != len(todo):
+                raise UnexpectedResponse(200, f"POST {path}: not an answer of {len(todo)} items")
+            again: list[int] = []
+            for index, result in zip(todo, results, strict=True):
+                status = int(result.get("status", 0))
+                if "problem" not in result:
+                    items[index] = BatchItem(status, operation=result.get("operation"))
+                    continue
+                error = problem_from_body(result["problem"], status=status)
+                error.repeated = retry > 0
+                if status in RETRY_STATUSES and retry < self.max_retries:
+                    again.append(index)
+                items[index] = BatchItem(status, error=error)
+            if not again:
+                return [item for item in items if item is not None]
+            self.stats["batch_items_repeated"] += len(again)
+            yield Pause(self._backoff_s(retry))
+            todo, retry = again, retry + 1
+
+    def _register_many_plan(
+        self, run_id: str, registrations: Sequence[BatchRegistration | Mapping[str, Any]]
+    ) -> Plan[list[BatchItem[RegisteredOperation]]]:
+        bodies = _register_many_bodies(run_id, registrations)
+        return (yield from self._batch_plan("/operations", bodies))
+
+    def _post_outcomes_plan(
+        self, run_id: str, outcomes: Sequence[OutcomeItem | Mapping[str, Any]]
+    ) -> Plan[list[BatchItem[OutcomeAnswer]]]:
+        path = f"/runs/{_segment(run_id)}/outcomes"
+        return (yield from self._batch_plan(path, _outcome_bodies(outcomes)))
 
     def _claim_plan(self, operation_id: str, lease_s: int) -> Plan[Attempt]:
         path = f"/operations/{_segment(operation_id)}/attempts"
@@ -385,6 +435,17 @@ class EffectgateClient(_ClientCore):
         """
         return self._run(self._register_plan(fields))
 
+    def register_many(
+        self, run_id: str, registrations: Sequence[BatchRegistration | Mapping[str, Any]]
+    ) -> list[BatchItem[RegisteredOperation]]:
+        """Register 1 to 50 intended effects of the run ``run_id`` in one request
+        (api.md, Batches); each item is what ``register`` takes (``run`` may be left
+        out). Returns each item's ``BatchItem``, in order: the operation ``register``
+        returns, or the ``error`` it would raise. A refusal of the whole request (the
+        token, its rate, an unreachable Effectgate) raises, as ``register`` does; a
+        batch of no or more than 50 items raises ``ValueError`` before sending."""
+        return self._run(self._register_many_plan(run_id, registrations))
+
     def get_operation(self, operation_id: str) -> Operation:
         return self._run(self._get_operation_plan(operation_id))
 
@@ -431,6 +492,14 @@ class EffectgateClient(_ClientCore):
         """Post an attempt's outcome (``{"kind": "succeeded" | "failed" | "unknown",
         ...}``); the operation after classification. Repeating it is safe."""
         return self._run(self._post_outcome_plan(operation_id, attempt, outcome))
+
+    def post_outcomes(
+        self, run_id: str, outcomes: Sequence[OutcomeItem | Mapping[str, Any]]
+    ) -> list[BatchItem[OutcomeAnswer]]:
+        """Post 1 to 50 outcomes of attempts of the run ``run_id`` in one request, each
+        an outcome with the ``operation`` and ``attempt`` it is for; each item's
+        ``BatchItem``, in order, as ``register_many``. Repeating it is safe."""
+        return self._run(self._post_outcomes_plan(run_id, outcomes))
 
     # --- reconciliation and compensation -----------------------------------------------------
 
@@ -554,6 +623,12 @@ class AsyncEffectgateClient(_ClientCore):
         """``EffectgateClient.register``, awaited."""
         return await self._run(self._register_plan(fields))
 
+    async def register_many(
+        self, run_id: str, registrations: Sequence[BatchRegistration | Mapping[str, Any]]
+    ) -> list[BatchItem[RegisteredOperation]]:
+        """``EffectgateClient.register_many``, awaited."""
+        return await self._run(self._register_many_plan(run_id, registrations))
+
     async def get_operation(self, operation_id: str) -> Operation:
         return await self._run(self._get_operation_plan(operation_id))
 
@@ -598,6 +673,12 @@ class AsyncEffectgateClient(_ClientCore):
         self, operation_id: str, attempt: int, outcome: OutcomeBody | dict[str, Any]
     ) -> OutcomeAnswer:
         return await self._run(self._post_outcome_plan(operation_id, attempt, outcome))
+
+    async def post_outcomes(
+        self, run_id: str, outcomes: Sequence[OutcomeItem | Mapping[str, Any]]
+    ) -> list[BatchItem[OutcomeAnswer]]:
+        """``EffectgateClient.post_outcomes``, awaited."""
+        return await self._run(self._post_outcomes_plan(run_id, outcomes))
 
     # --- reconciliation and compensation -----------------------------------------------------
 

@@ -511,10 +511,27 @@ def problem_from_response(response: httpx.Response) -> EffectgateError:
         return UnexpectedResponse(response.status_code, response.text, request_id=request_id)
     if not isinstance(body, dict) or "code" not in body:
         return UnexpectedResponse(response.status_code, response.text, request_id=request_id)
-    cls = ProblemError.registry.get(str(body["code"]), ProblemError)
-    return cls(
+    return problem_from_body(
         body,
         status=response.status_code,
         retry_after_ms=_retry_after_ms(body, response),
         request_id=request_id,
     )
+
+
+def problem_from_body(
+    body: dict[str, Any],
+    *,
+    status: int,
+    retry_after_ms: int | None = None,
+    request_id: str | None = None,
+) -> ProblemError:
+    """The typed exception for a problem document: the class registered for its
+    ``code`` (``ProblemError`` for a code this client does not know). A batch answers
+    each refused item with such a document (api.md, Batches)."""
+    if retry_after_ms is None:
+        value = body.get("retry_after_ms")
+        if isinstance(value, int | float) and value >= 0 and math.isfinite(value):
+            retry_after_ms = int(value)
+    cls = ProblemError.registry.get(str(body.get("code")), ProblemError)
+    return cls(body, status=status, retry_after_ms=retry_after_ms, request_id=request_id)

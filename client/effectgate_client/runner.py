@@ -29,6 +29,9 @@ when the process dies. Nothing here ever calls the tool again after an unknown o
 of an irreversible or compensable tool: only Effectgate decides that, after
 reconciliation.
 
+``execute_many`` takes the parallel calls of one model turn through the same protocol
+with one batch registration and one batch of outcomes (``_many``).
+
 ``AsyncRunner`` is ``Runner`` for asyncio: ``await runner.execute(...)`` over an
 ``AsyncEffectgateClient``, with tool functions that may be coroutine functions. Both
 drive the same plan (``_RunnerCore._execute_plan``, see ``_plan``), so every decision
@@ -44,17 +47,19 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict, Unpack, cast
+from typing import Any, Required, TypedDict, Unpack, cast
 
+from . import _many
+from ._effects import AttemptContext, _Await, _Hold, _Invoke, _PostOutcome, _Register
 from ._plan import Plan, adrive, drive, resolved
 from ._values import (
     _travels,
     apply_edits,
     exception_detail,
 )
-from .answers import Attempt, Operation, ToolResult
+from .answers import Attempt, Operation, RegisteredOperation, ToolResult
 from .client import RETRY_STATUSES, AsyncEffectgateClient, EffectgateClient, _ClientCore
 from .errors import (
     ApprovalRequired,
@@ -91,17 +96,6 @@ TERMINAL = frozenset(
         "superseded",
     }
 )
-
-
-@dataclass(frozen=True)
-class AttemptContext:
-    """What a tool function needs to make its call."""
-
-    operation_id: str
-    attempt: int
-    idempotency_key: str
-    arguments: dict[str, Any]
-    lease_until: str
 
 
 @dataclass
@@ -150,31 +144,15 @@ class ExecuteOptions(TypedDict, total=False):
     waiter: Any
 
 
-@dataclass(frozen=True)
-class _Hold:
-    """Effect: the runner's own wait (``retry_after_ms``, a conflict's backoff)."""
+class ToolCall(ExecuteOptions, total=False):
+    """One call of ``execute_many``: ``execute``'s arguments (``run``, ``tool``,
+    ``operation_key``, ``arguments`` and ``call`` required) as a dict."""
 
-    seconds: float
-
-
-@dataclass(frozen=True)
-class _Await:
-    """Effect: ``waiter.wait(client, operation, status=..., deadline=...)``."""
-
-    waiter: Any
-    operation: Operation
-    status: str
-    deadline: float
-
-
-@dataclass(frozen=True)
-class _Invoke:
-    """Effect: call a tool (or undo) function; under the lease's heartbeat when
-    ``beat`` is set. The result is what it returned; what it raised is thrown in."""
-
-    function: Any
-    context: AttemptContext
-    beat: bool
+    run: Required[str]
+    tool: Required[str]
+    operation_key: Required[str]
+    arguments: Required[dict[str, Any]]
+    call: Required[Any]
 
 
 class RunnerSettings(TypedDict, total=False):
@@ -232,18 +210,10 @@ class _RunnerCore:
         approval_wait_s: float | None = None,
         waiter: Any = None,
     ) -> Plan[ToolCallResult]:
-        client: _ClientCore = self.client
-        waiter = waiter or self.waiter
-        started = self.clock()
-        deadline = started + self.wait_s
-        # How long to wait for a person, within the whole wait (0: ask once, go on).
-        approval_deadline = (
-            deadline if approval_wait_s is None else min(deadline, started + approval_wait_s)
-        )
         # The lease runs from the server's clock at the claim, which is no earlier than
         # when the claim left here: measured from that moment, it cannot be overstated.
-        claim_sent = self.clock()
-        registered = yield from client._register_plan(
+        started = self.clock()
+        registered = yield _Register(
             {
                 "run": run,
                 "tool": tool,
@@ -255,6 +225,39 @@ class _RunnerCore:
                 "claim_lease_s": self.lease_s,
             }
         )
+        return (
+            yield from self._registered_plan(
+                registered,
+                call=call,
+                arguments=arguments,
+                started=started,
+                undo=undo,
+                approval_wait_s=approval_wait_s,
+                waiter=waiter,
+            )
+        )
+
+    def _registered_plan(
+        self,
+        registered: RegisteredOperation,
+        *,
+        call: Any,
+        arguments: dict[str, Any],
+        started: float,
+        undo: Any = None,
+        approval_wait_s: float | None = None,
+        waiter: Any = None,
+    ) -> Plan[ToolCallResult]:
+        """``execute`` from the answer of its registration (sent at ``started``) on:
+        ``execute_many`` goes on from each item of its batch registration here."""
+        client: _ClientCore = self.client
+        waiter = waiter or self.waiter
+        deadline = started + self.wait_s
+        # How long to wait for a person, within the whole wait (0: ask once, go on).
+        approval_deadline = (
+            deadline if approval_wait_s is None else min(deadline, started + approval_wait_s)
+        )
+        claim_sent = started
         attempt: Attempt | None = registered.pop("attempt", None)
         registered.pop("claim_error", None)  # the claim below meets the same refusal, typed
         op: Operation = registered
@@ -390,7 +393,7 @@ class _RunnerCore:
     ) -> Plan[Operation]:
         client: _ClientCore = self.client
         try:
-            return (yield from client._post_outcome_plan(op["id"], number, body))
+            return (yield _PostOutcome(op["run"], op["id"], number, body))
         except (StaleAttempt, OutcomeConflict):
             # Recorded as a late outcome (a late success still applies) or refused
             # because the attempt already has another outcome; the operation says which.
@@ -544,6 +547,24 @@ class Runner(_RunnerCore):
         )
         return drive(plan, self._perform)
 
+    def execute_many(
+        self, calls: Sequence[ToolCall], *, max_workers: int | None = None
+    ) -> list[ToolCallResult | Exception]:
+        """The parallel tool calls of one model turn (1 to 50, of one run): one batch
+        registration with inline claims, the claimed calls run in a thread pool of
+        ``max_workers`` (default: one per call, at most 8; 1 runs them one after
+        another), each under its heartbeat until its outcome is recorded, then one batch
+        of outcomes. Each item of the answer, in order, is what ``execute`` returns for
+        that call, or the exception it would raise (``OutcomeNotRecorded`` keeps an
+        outcome that could not be posted); a refusal of the whole registration raises.
+        The calls' tool functions may run at once in several threads."""
+        return _many.execute_many(self, calls, max_workers)
+
+    def _beating(self, context: AttemptContext) -> _Heartbeat:
+        heartbeat = _Heartbeat(self, context)
+        heartbeat.start()
+        return heartbeat
+
     def _perform(self, effect: Any) -> Any:
         if isinstance(effect, _Invoke):
             if not effect.beat:
@@ -560,6 +581,8 @@ class Runner(_RunnerCore):
             )
         if isinstance(effect, _Hold):
             return self.sleep(effect.seconds)
+        if isinstance(effect, _Register | _PostOutcome):
+            return drive(effect.plan(self.client), self.client._perform)
         return self.client._perform(effect)
 
 
@@ -638,6 +661,11 @@ class AsyncRunner(_RunnerCore):
         )
         return await adrive(plan, self._perform)
 
+    async def execute_many(self, calls: Sequence[ToolCall]) -> list[ToolCallResult | Exception]:
+        """``Runner.execute_many``, awaited: the claimed calls run concurrently on the
+        event loop (``asyncio.gather``), each with its heartbeat task."""
+        return await _many.aexecute_many(self, calls)
+
     async def _beat(self, context: AttemptContext) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_every_s)
@@ -661,4 +689,6 @@ class AsyncRunner(_RunnerCore):
             )
         if isinstance(effect, _Hold):
             return await self.sleep(effect.seconds)
+        if isinstance(effect, _Register | _PostOutcome):
+            return await adrive(effect.plan(self.client), self.client._perform)
         return await self.client._perform(effect)

@@ -52,9 +52,17 @@ COMPONENTS: dict[Any, str] = {
     answers.Event: "EventOut",
     answers.OutcomeBody: "OutcomeInRequest",
     answers.Problem: "Problem",
+    answers.RegistrationBatch: "RegistrationBatchOut",
+    answers.OutcomeBatch: "OutcomeBatchOut",
 }
-# TypedDicts of an object the document describes inline, not as a component.
-INLINE = {answers.ProblemFieldError}
+# TypedDicts of an object the document describes inline, not as a component (the items
+# of a batch answer are each one branch of a ``oneOf``).
+INLINE = {
+    answers.ProblemFieldError,
+    answers.RegistrationBatchDone,
+    answers.OutcomeBatchDone,
+    answers.BatchRefusal,
+}
 # The Literal aliases, and the server's values of each (the OpenAPI document gives most
 # statuses as plain strings; the enums it does give are checked where they are used).
 STATUSES = {
@@ -131,12 +139,23 @@ class SchemaCheck:
         annotation, optional = _without_none(annotation)
         if optional != nullable:
             self.fail(where, f"nullable in the document: {nullable}; None allowed: {optional}")
+        if "oneOf" in schema:
+            # A union of the branches, in the document's order.
+            members = (
+                get_args(annotation) if get_origin(annotation) in (Union, types.UnionType) else ()
+            )
+            if len(members) != len(schema["oneOf"]):
+                self.fail(where, f"{annotation!r} for a oneOf of {len(schema['oneOf'])}")
+            for n, (member, branch) in enumerate(zip(members, schema["oneOf"], strict=False)):
+                self.value(member, branch, f"{where}|{n}")
+            return
         if typing.is_typeddict(annotation):
             if COMPONENTS.get(annotation) != component:
                 self.fail(where, f"{annotation.__name__} for component {component}")
             self.typed_dict(annotation, schema, where)
         elif get_origin(annotation) is Literal:
-            if schema.get("type") != "string":
+            kinds = {type(value) for value in get_args(annotation)}
+            if schema.get("type") != {str: "string", int: "integer"}.get(kinds.pop(), "?"):
                 self.fail(where, f"a Literal for type {schema.get('type')}")
             if "enum" in schema and set(get_args(annotation)) != set(schema["enum"]):
                 self.fail(where, f"{get_args(annotation)} != the enum {schema['enum']}")

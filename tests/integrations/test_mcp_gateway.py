@@ -1195,3 +1195,70 @@ def test_a_call_runs_on_the_gateways_loop_with_no_thread_hop(
     operation = Operation.objects.get()
     assert (operation.status, operation.attempts) == ("succeeded", 1)
     assert mcp_ledger.effects == 1
+
+
+def test_concurrent_calls_of_one_turn_share_one_batch_registration_and_one_of_outcomes(
+    mcp_config, mcp_effectgate, mcp_ledger
+):
+    # The gateway in this process, over an in-memory MCP connection, its Effectgate
+    # client on a transport that records every request: five concurrent tools/call
+    # requests (one model turn's parallel calls) are one registration request and one
+    # outcome request, and each refund is committed once.
+    from mcp.client._memory import InMemoryTransport
+
+    from effectgate_client import AsyncEffectgateClient
+    from effectgate_client.integrations._mcp_batch import CoalescingRunner
+    from effectgate_client.integrations._mcp_config import load
+    from effectgate_client.integrations.mcp_gateway import Gateway
+    from tests.client.support import LosingTransport
+
+    config = load(mcp_config(batch_window_ms=200))
+    transport = LosingTransport()
+    payments = [f"pay_{n}" for n in range(5)]
+
+    async def scenario():
+        client = AsyncEffectgateClient(config.url, mcp_effectgate.token, transport=transport)
+        async with client:
+            runner = CoalescingRunner(
+                client,
+                window_s=config.batch_window_ms / 1000,
+                lease_s=config.lease_s,
+                wait_s=config.approval_wait_s,
+            )
+            gateway = Gateway(config, client, runner)
+            results = {}
+            async with anyio.create_task_group() as task_group:
+                await gateway.start(task_group)
+                async with session_over(InMemoryTransport(gateway.server())) as session:
+
+                    async def call(payment):
+                        results[payment] = await session.call_tool(
+                            "send_refund", {"payment_id": payment, "amount_cents": 300}
+                        )
+
+                    async with anyio.create_task_group() as calls:
+                        for payment in payments:
+                            calls.start_soon(call, payment)
+                for link in gateway.links:
+                    await link.close()
+                task_group.cancel_scope.cancel()
+        return results
+
+    results = run_in_thread(anyio.run, scenario)
+    assert {payment: envelope_of(results[payment])["status"] for payment in payments} == {
+        payment: "succeeded" for payment in payments
+    }
+    run = Operation.objects.values_list("run_id", flat=True).distinct().get()
+    operation_requests = [line for line in transport.sent if "/operations" in line]
+    assert operation_requests == ["POST /api/v1/operations"]
+    assert [line for line in transport.sent if "outcome" in line] == [
+        f"POST /api/v1/runs/{run}/outcomes"
+    ]
+    assert Operation.objects.filter(status="succeeded", attempts=1).count() == 5
+    assert mcp_ledger.per_payment() == {payment: 1 for payment in payments}
+
+
+def test_the_batch_window_defaults_to_2_ms(mcp_config):
+    from effectgate_client.integrations._mcp_config import load
+
+    assert load(mcp_config()).batch_window_ms == 2.0

@@ -44,6 +44,7 @@ EFFECTGATE_KEYS = frozenset(
         "default_effect_class",
         "lease_s",
         "budgets",
+        "batch_window_ms",
     }
 )
 UPSTREAM_KEYS = frozenset({"name", "command", "url", "env", "cwd", "default_effect_class", "tools"})
@@ -89,6 +90,9 @@ class GatewayConfig:
     default_effect_class: str | None = None
     lease_s: int = 30
     budgets: dict[str, Any] = field(default_factory=dict)
+    # How long the first registration or outcome of a run waits for concurrent ones to
+    # share its batch request (_mcp_batch); those arriving while it is in flight go next.
+    batch_window_ms: float = 2.0
 
     @property
     def console(self) -> str:
@@ -229,6 +233,11 @@ def parse(data: dict[str, Any]) -> GatewayConfig:
     lease_s = eg.get("lease_s", 30)
     if isinstance(lease_s, bool) or not isinstance(lease_s, int) or not 2 <= lease_s <= 3600:
         raise ConfigError("[effectgate].lease_s must be an integer from 2 to 3600")
+    batch_window_ms = _number(
+        eg.get("batch_window_ms", 2), "[effectgate].batch_window_ms", minimum=0
+    )
+    if batch_window_ms > 1000:
+        raise ConfigError("[effectgate].batch_window_ms must be at most 1000")
     budgets = _table(eg.get("budgets", {}), "[effectgate].budgets")
     _unknown(budgets, BUDGET_KEYS, "[effectgate].budgets")
     raw_upstreams = data.get("upstream", [])
@@ -265,6 +274,7 @@ def parse(data: dict[str, Any]) -> GatewayConfig:
         default_effect_class=default_effect_class,
         lease_s=lease_s,
         budgets=dict(budgets),
+        batch_window_ms=batch_window_ms,
     )
 
 

@@ -28,6 +28,7 @@ Configuration (TOML; an unknown key is an error)::
     # default_effect_class = "idempotent"           # also expose tools not listed below
     # lease_s = 30                                   # each attempt's lease
     # budgets = { max_tool_calls = 200 }             # of each principal's run
+    # batch_window_ms = 2                            # see "Parallel calls" below
 
     [[upstream]]
     name = "payments"
@@ -108,6 +109,13 @@ inbox. A wait that ends undecided answers as above (the link, no completion); an
 elicitation still unanswered when the call answers is cancelled. A client that declared
 form mode only, or no elicitation, gets the answer with the link alone (``_mcp_elicit``).
 
+**Parallel calls.** The concurrent ``tools/call`` requests of one model turn are
+coalesced (``_mcp_batch.CoalescingRunner``): the first registration of a run waits
+``batch_window_ms`` (2 ms) for others, and those arriving while a registration request
+is in flight wait for it; together they go as one batch registration (api.md,
+Batches), and their outcomes likewise as one batch of outcomes. A call alone goes as the
+single request after at most that window. Each call still gets exactly its own answer.
+
 Each principal gets one Effectgate run, created at its first call. The HTTP transport
 has no authentication of its own: bind it to a loopback address or put it behind one.
 """
@@ -140,6 +148,7 @@ from ..outcomes import NotSent, Succeeded
 from ..runner import AsyncRunner, AttemptContext
 from ..waiters import AsyncPollingWaiter
 from ._common import derived_key, refusal_envelope
+from ._mcp_batch import CoalescingRunner
 from ._mcp_config import ConfigError, GatewayConfig, load
 from ._mcp_elicit import ApprovalPrompt, PromptingWaiter, approval_url, opens_urls
 from ._mcp_upstream import (
@@ -567,8 +576,9 @@ async def serve(
 ) -> None:
     """Start the gateway and serve until the client goes away (stdio) or a signal."""
     client = client_factory(config.url, token, user_agent=f"effectgate-mcp/{VERSION}")
-    runner = AsyncRunner(
+    runner = CoalescingRunner(
         client,
+        window_s=config.batch_window_ms / 1000,
         lease_s=config.lease_s,
         wait_s=config.approval_wait_s,
         waiter=AsyncPollingWaiter(initial_s=0.25, max_s=2.0),
