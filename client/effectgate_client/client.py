@@ -224,7 +224,7 @@ class _ClientCore:
         if answer.get("active") is False:
             if inactive == "raise":
                 raise ContractNotActive(answer)
-            warnings.warn(inactive_contract_message(answer), ContractNotActiveWarning, stacklevel=5)
+            warnings.warn(inactive_contract_message(answer), ContractNotActiveWarning, stacklevel=6)
         return answer
 
     def _get_operation_plan(self, operation_id: str) -> Plan[Operation]:
