@@ -312,9 +312,9 @@ class Deferred:
                     f"UPDATE {table} SET {assignments} FROM unnest({arrays}) "  # noqa: S608
                     f"AS v ({names_sql}) WHERE {table}.{quote(cast(str, pk.column))} = v._pk"
                 )
-                params: list[list[Any]] = [[key for key, _ in rows]]
-                params.extend([values[n] for _, values in rows] for n in range(len(fields)))
-                cursor.execute(sql, params)
+                columns_values: list[list[Any]] = [[key for key, _ in rows]]
+                columns_values.extend([values[n] for _, values in rows] for n in range(len(fields)))
+                cursor.execute(sql, columns_values)
 
 
 @contextmanager
