@@ -100,7 +100,8 @@ DISPLAY = {
 }
 
 
-def _contract(**overrides: Any) -> dict[str, Any]:
+def contract(**overrides: Any) -> dict[str, Any]:
+    """The bench's refund tool's contract (``bench.servers`` registers it too)."""
     return {
         "effect_class": "irreversible",
         "input_schema": SCHEMA,
@@ -264,7 +265,7 @@ def scale(sizes: list[int], token: str) -> list[dict[str, Any]]:
     lookup = CommittedLookup()
     services.tool_register(
         name=LOOKUP_TOOL,
-        body=_contract(reconcile={"mode": "lookup", "url": lookup.url, "max_probes": 5}),
+        body=contract(reconcile={"mode": "lookup", "url": lookup.url, "max_probes": 5}),
         runner=runner,
     )
     # A console user who may decide and reconcile every tool; it never signs in with a
@@ -415,8 +416,8 @@ def _served_parts(args: argparse.Namespace, parts: set[str], url: str, report: d
         },
     ) as stack:
         with EffectgateClient(stack.base_url, stack.token) as client:
-            client.put_tool(TOOL, _contract())
-            client.put_tool(HOT_TOOL, _contract(concurrency_key="/payment_id"))
+            client.put_tool(TOOL, contract())
+            client.put_tool(HOT_TOOL, contract(concurrency_key="/payment_id"))
             if "lifecycle" in parts:
                 report["lifecycle"] = lifecycle_part.lifecycle(
                     base_url=stack.base_url,
@@ -426,7 +427,7 @@ def _served_parts(args: argparse.Namespace, parts: set[str], url: str, report: d
                     trace_dir=trace_dir,
                     threads=args.threads,
                     lifecycles=args.lifecycles,
-                    contract=_contract(),
+                    contract=contract(),
                     batch_sizes=tuple(int(size) for size in args.batch_sizes.split(",") if size),
                     batch_effects=args.batch_effects,
                 )
@@ -488,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         print("(f, g) policies: simulation and CPU per registration", file=sys.stderr)
         report["policies"] = policies_part.policies(
             runner=_runner_of(token),
-            contract=_contract(),
+            contract=contract(),
             operations=args.policy_operations,
             registrations=args.policy_registrations,
         )

@@ -270,6 +270,18 @@ def _collect(
     return phase
 
 
+def _counted(response: httpx.Response, header: str) -> int:
+    """A figure the bench's gunicorn configuration adds to each response; 0 from a server
+    without it (``bench.servers`` serves the API plain)."""
+    return int(response.headers.get(header, 0))
+
+
+def _django_cpu_ms(per_thread: list[Counter[str]]) -> dict[str, float]:
+    """CPU ms inside the Django application per step; none when no response said."""
+    total = sum(per_thread, Counter())
+    return {step: us / 1000 for step, us in total.items()} if any(total.values()) else {}
+
+
 def api_client(base_url: str, seat: Seat) -> httpx.Client:
     """A seat's HTTP client, made once: a runner keeps its client (and its connection),
     and making one costs milliseconds of CPU (httpx builds an SSL context)."""
@@ -310,9 +322,9 @@ def api_phase(clients: list[httpx.Client], seats: list[Seat], per_thread: int, t
             assert done.status_code == 200, done.text
             steps["register_claim"].append(t1 - t0)
             steps["outcome"].append(t2 - t1)
-            counts.append(sum(int(r.headers[STATEMENTS_HEADER]) for r in (registered, done)))
+            counts.append(sum(_counted(r, STATEMENTS_HEADER) for r in (registered, done)))
             for step, response in (("register_claim", registered), ("outcome", done)):
-                django_us[step] += int(response.headers[CPU_HEADER])
+                django_us[step] += _counted(response, CPU_HEADER)
         django_cpu_us.append(django_us)
         return steps, counts
 
@@ -320,7 +332,7 @@ def api_phase(clients: list[httpx.Client], seats: list[Seat], per_thread: int, t
     started = time.perf_counter()
     per_thread_results = on_threads(len(seats), thread)
     phase = _collect(per_thread_results, time.perf_counter() - started)
-    phase.django_cpu_ms = {step: us / 1000 for step, us in sum(django_cpu_us, Counter()).items()}
+    phase.django_cpu_ms = _django_cpu_ms(django_cpu_us)
     return phase
 
 
@@ -535,9 +547,9 @@ def api_batch_phase(
             assert [item["status"] for item in done.json()["results"]] == [200] * size, done.text
             steps["register_claim"].append(t1 - t0)
             steps["outcome"].append(t2 - t1)
-            counts.append(sum(int(r.headers[STATEMENTS_HEADER]) for r in (registered, done)))
+            counts.append(sum(_counted(r, STATEMENTS_HEADER) for r in (registered, done)))
             for step, response in (("register_claim", registered), ("outcome", done)):
-                django_us[step] += int(response.headers[CPU_HEADER])
+                django_us[step] += _counted(response, CPU_HEADER)
         django_cpu_us.append(django_us)
         return steps, counts
 
@@ -545,7 +557,7 @@ def api_batch_phase(
     started = time.perf_counter()
     per_thread_results = on_threads(len(seats), thread)
     phase = _collect(per_thread_results, time.perf_counter() - started, batch=size)
-    phase.django_cpu_ms = {step: us / 1000 for step, us in sum(django_cpu_us, Counter()).items()}
+    phase.django_cpu_ms = _django_cpu_ms(django_cpu_us)
     return phase
 
 

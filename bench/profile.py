@@ -181,8 +181,7 @@ def main() -> None:
         profiler.dump_stats(args.save)
 
     print(
-        f"statements per {per} (ORM-visible, with BEGIN/COMMIT): "
-        f"{len(statements) / args.batch:.2f}"
+        f"statements per {per} (ORM-visible, with BEGIN/COMMIT): {len(statements) / args.batch:.2f}"
     )
     for sql in statements:
         print("   ", sql[:150])

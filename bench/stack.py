@@ -1,9 +1,10 @@
 """A live Effectgate for benchmarks: a fresh database, gunicorn, the background loops.
 
 ``Stack`` migrates a database of its own, creates a runner token with
-``manage.py runner create``, serves the API with gunicorn on a free loopback port and,
-when asked, runs ``manage.py sweep --loop`` and ``manage.py reconcile --loop`` beside
-it. Everything it starts it stops, also on errors and Ctrl-C.
+``manage.py runner create``, serves the API with gunicorn on a free loopback port (or
+with granian's WSGI interface, ``server="granian"``, for ``bench.servers``) and, when
+asked, runs ``manage.py sweep --loop`` and ``manage.py reconcile --loop`` beside it.
+Everything it starts it stops, also on errors and Ctrl-C.
 
 Databases: a benchmark never writes into the database ``DATABASE_URL`` names. With
 PostgreSQL it drops and creates a database of its own name on the same server
@@ -27,6 +28,7 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 VAR = ROOT / "var"
+SERVERS = ("gunicorn", "granian")
 
 
 def free_port() -> int:
@@ -72,7 +74,11 @@ def fresh_database(name: str, *, base_url: str | None) -> str:
 
 
 class Stack:
-    """Effectgate under gunicorn on a fresh database. Use as a context manager."""
+    """Effectgate under gunicorn on a fresh database. Use as a context manager.
+
+    ``server="granian"`` serves ``console.wsgi`` with granian's WSGI interface instead:
+    ``workers`` processes of ``threads`` blocking threads each (gunicorn's gthread
+    workers' counterpart); ``gunicorn_config`` is gunicorn's alone."""
 
     def __init__(
         self,
@@ -86,7 +92,13 @@ class Stack:
         log_dir: Path | None = None,
         gunicorn_config: str | None = None,
         env: dict[str, str] | None = None,
+        server: str = "gunicorn",
     ) -> None:
+        if server not in SERVERS:
+            raise ValueError(f"server: one of {', '.join(SERVERS)}, not {server!r}")
+        if gunicorn_config and server != "gunicorn":
+            raise ValueError("gunicorn_config is for gunicorn")
+        self.server = server
         self.database_url = database_url
         self.workers = workers
         self.threads = threads
@@ -143,30 +155,7 @@ class Stack:
     def start(self) -> Stack:
         self.manage("migrate", "--noinput")
         self.token = self.manage("runner", "create", self.runner_name).strip().splitlines()[-1]
-        self._spawn(
-            "gunicorn",
-            [
-                sys.executable,
-                "-m",
-                "gunicorn",
-                "console.wsgi",
-                "--bind",
-                f"127.0.0.1:{self.port}",
-                "--workers",
-                str(self.workers),
-                "--threads",
-                str(self.threads),
-                "--worker-class",
-                "gthread",
-                "--timeout",
-                "120",
-                "--backlog",
-                "2048",
-                "--log-level",
-                "warning",
-                *(["--config", self.gunicorn_config] if self.gunicorn_config else []),
-            ],
-        )
+        self._spawn(self.server, self._server_command())
         self._wait_ready()
         if self.loops:
             every = str(self.loop_every_s)
@@ -174,23 +163,77 @@ class Stack:
             self._spawn("reconcile", [sys.executable, "manage.py", "reconcile", "--loop", every])
         return self
 
+    def _server_command(self) -> list[str]:
+        if self.server == "granian":
+            return [
+                sys.executable,
+                "-m",
+                "granian",
+                "--interface",
+                "wsgi",
+                "console.wsgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--workers",
+                str(self.workers),
+                "--blocking-threads",
+                str(self.threads),
+                "--http",
+                "1",
+                "--backlog",
+                "2048",
+                "--no-ws",
+                "--log-level",
+                "warning",
+            ]
+        return [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "console.wsgi",
+            "--bind",
+            f"127.0.0.1:{self.port}",
+            "--workers",
+            str(self.workers),
+            "--threads",
+            str(self.threads),
+            "--worker-class",
+            "gthread",
+            "--timeout",
+            "120",
+            "--backlog",
+            "2048",
+            "--log-level",
+            "warning",
+            *(["--config", self.gunicorn_config] if self.gunicorn_config else []),
+        ]
+
+    @property
+    def server_pid(self) -> int:
+        """The server's main process id (gunicorn's master, granian's; the workers are
+        its children)."""
+        return self._processes[0].pid
+
     @property
     def gunicorn_pid(self) -> int:
         """The gunicorn master's process id (its workers are its children)."""
-        return self._processes[0].pid
+        return self.server_pid
 
     def _wait_ready(self, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._processes[0].poll() is not None:
-                raise RuntimeError(f"gunicorn exited; see {self.log_dir / 'gunicorn.log'}")
+                log = self.log_dir / f"{self.server}.log"
+                raise RuntimeError(f"{self.server} exited; see {log}")
             try:
                 if httpx.get(f"{self.base_url}/api/v1/tools", timeout=2).status_code == 401:
                     return
             except httpx.HTTPError:
                 pass
             time.sleep(0.2)
-        raise RuntimeError("gunicorn did not answer within a minute")
+        raise RuntimeError(f"{self.server} did not answer within a minute")
 
     def stop(self) -> None:
         for process in reversed(self._processes):
