@@ -39,7 +39,7 @@ from approvals.errors import Refusal
 from .. import errors, tokencache
 from ..machine import Status
 from ..models import Operation, Run, Runner
-from . import shadow
+from . import policies, shadow
 from .core import Actor
 from .outcomes import attempt_record_outcome, attempts_lock, outcome_body, outcome_record_locked
 from .registration import (
@@ -106,7 +106,7 @@ def operations_register_batch(
     if connection.vendor != "postgresql":
         # The set-based write needs RETURNING and row locks as PostgreSQL takes them.
         return [_single(runner, item, traceparent) for item in items]
-    batch = _Batch(runner, traceparent, len(items))
+    batch = _Batch(runner, traceparent, items)
     with tokencache.policy_generation_held():
         for index, item in enumerate(items):
             batch.place(index, item)
@@ -114,27 +114,47 @@ def operations_register_batch(
     return [answer for answer in batch.answers if answer is not None]
 
 
-class _Batch:
-    """A registration batch's items, gathered into sets of consecutive lean items."""
+_TAKEN_SQL = (
+    "SELECT operation_key FROM operations_operation "
+    "WHERE runner_id = %s AND operation_key = ANY(%s)"
+)
 
-    def __init__(self, runner: Runner, traceparent: str, size: int) -> None:
+
+class _Batch:
+    """A registration batch's items, gathered into sets of consecutive lean items.
+
+    People's policies read the run as it is before each registration (its tool calls
+    and turns so far: docs/policies.md): the items of a set are judged in order against
+    the run as read at the set's start and counted up by the items before them in the
+    set, and the run is read again after every set and single call. Keys already taken
+    are known before (their items are replays, counting nothing)."""
+
+    def __init__(self, runner: Runner, traceparent: str, items: Sequence[dict[str, Any]]) -> None:
         self.runner, self.traceparent = runner, traceparent
-        self.answers: list[Answer | None] = [None] * size
+        self.answers: list[Answer | None] = [None] * len(items)
         self.contexts: dict[tuple[str, str], Any] = {}
+        self.runs: dict[str, Run] = {}
         self.chunk: list[_Planned] = []
         self.keys: set[str] = set()
+        with connection.cursor() as cursor:
+            cursor.execute(_TAKEN_SQL, [runner.pk, [item["operation_key"] for item in items]])
+            self.taken = {row[0] for row in cursor.fetchall()}
 
     def place(self, index: int, item: dict[str, Any]) -> None:
         """The item joins the set being gathered, or, in order, the set is written (a
         key twice in the batch is then the first one's replay) and the item goes as a
         single call."""
-        planned = _plan(self.runner, index, item, self.contexts)
-        if planned is not None and item["operation_key"] not in self.keys:
+        key = item["operation_key"]
+        planned = None
+        if key not in self.taken and key not in self.keys:
+            planned = _plan(self.runner, index, item, self.contexts, self.runs)
+        if planned is not None:
             self.chunk.append(planned)
-            self.keys.add(item["operation_key"])
+            self.keys.add(key)
             return
         self.flush()
         self.answers[index] = _single(self.runner, item, self.traceparent)
+        self._forget()
 
     def flush(self) -> None:
         if not self.chunk:
@@ -142,13 +162,24 @@ class _Batch:
         for index, answer in _register_set(self.runner, self.chunk, self.traceparent).items():
             self.answers[index] = answer
         self.chunk, self.keys = [], set()
+        self._forget()
+
+    def _forget(self) -> None:
+        # What was written since moved the runs: read them again for the next items.
+        self.contexts.clear()
+        self.runs.clear()
 
 
 def _plan(
-    runner: Runner, index: int, item: dict[str, Any], contexts: dict[tuple[str, str], Any]
+    runner: Runner,
+    index: int,
+    item: dict[str, Any],
+    contexts: dict[tuple[str, str], Any],
+    runs: dict[str, Run],
 ) -> _Planned | None:
     """The item's intent when it can be written set-based, else None (it goes as a
-    single call, which works it out again and refuses, replays or asks a person)."""
+    single call, which works it out again and refuses, replays or asks a person). The
+    run it is judged against (``runs``, one per run of the set) then counts it."""
     pair = (item["run_id"], item["tool_name"])
     try:
         context = contexts.get(pair)
@@ -156,7 +187,8 @@ def _plan(
             context = contexts[pair] = _context(
                 runner=runner, run_id=item["run_id"], tool_name=item["tool_name"]
             )
-        run, tool, owners = context
+        fresh, tool, owners = context
+        run = runs.setdefault(item["run_id"], fresh)
         intent = _intent(
             runner=runner,
             run=run,
@@ -171,6 +203,8 @@ def _plan(
         return None
     if intent.windowed or not _lean(intent, runner=runner, claim_lease_s=item["claim_lease_s"]):
         return None
+    run.tool_calls = (run.tool_calls or 0) + 1
+    run.turns = max(run.turns or 0, item.get("turn") or 0)
     return _Planned(index=index, item=item, intent=intent)
 
 
@@ -206,22 +240,20 @@ def _register_set(runner: Runner, chunk: list[_Planned], traceparent: str) -> di
     """Write ``chunk`` set-based (the module's docstring); items it cannot write so go
     as single calls, after it, in order."""
     answers: dict[int, Answer] = {}
-    later: list[_Planned] = []
     try:
         with transaction.atomic(durable=True):
-            later = _write_set(runner, chunk, traceparent, answers)
+            _write_set(runner, chunk, traceparent, answers)
     except (_Raced, IntegrityError, OperationalError):
-        # Nothing was written: every item goes as a single call.
-        answers, later = {}, chunk
-    for planned in later:
-        answers[planned.index] = _single(runner, planned.item, traceparent)
+        # Nothing was written: every item goes as a single call, in order.
+        answers = {planned.index: _single(runner, planned.item, traceparent) for planned in chunk}
     return answers
 
 
 def _write_set(
     runner: Runner, chunk: list[_Planned], traceparent: str, answers: dict[int, Answer]
-) -> list[_Planned]:
-    """The set-based transaction's statements; the items left for single calls."""
+) -> None:
+    """The set-based transaction's statements, each item's answer into ``answers``;
+    ``_Raced`` when the runs or keys moved since the batch read them."""
     now = timezone.now()
     run_ids = sorted({planned.item["run_id"] for planned in chunk})
     with connection.cursor() as cursor:
@@ -232,22 +264,25 @@ def _write_set(
         rows = cursor.fetchall()
     taken = set(rows[0][-1]) if rows else set()
     runs = {row[0]: Run(**dict(zip(_RUN_FIELDS, row[:-1], strict=True))) for row in rows}
-    later: list[_Planned] = []
     admitted: list[tuple[_Planned, Operation, Any, list[Any]]] = []
     counted: dict[str, list[int]] = {}
     actor = Actor.of_runner(runner)
+    refused = False
     for planned in chunk:
         item = planned.item
         run = runs.get(item["run_id"])
         if run is None or item["operation_key"] in taken:
-            # A replay (or a run gone since the first read): as a single call.
-            later.append(planned)
-            continue
+            # A key taken, or a run gone, since the batch read them.
+            raise _Raced()
         try:
             _check_run_budgets(run, turn=item.get("turn"), now=now)
         except Refusal as refusal:
             answers[planned.index] = refusal
+            refused = True
             continue
+        if refused and policies.in_force():
+            # The policies judged this item against a run that counted the refused one.
+            raise _Raced()
         run.tool_calls += 1
         counted.setdefault(run.pk, []).append(item.get("turn") or 0)
         op, attempt, events = lean_rows(
@@ -258,7 +293,7 @@ def _write_set(
         )
         admitted.append((planned, op, attempt, events))
     if not admitted:
-        return later
+        return
     written = insert_each_unless_conflict([op for _, op, _, _ in admitted])
     if len(written) != len(admitted):
         # A key or a concurrency key taken since the read: the budgets counted it.
@@ -286,7 +321,6 @@ def _write_set(
                 partial(shadow.shadow_record, planned.intent.shadow, operation_id=op.id),
                 robust=True,
             )
-    return later
 
 
 def _build(
@@ -352,7 +386,7 @@ def attempts_record_outcome_batch(
     try:
         with transaction.atomic(durable=True), deferred() as pending:
             later.extend(_outcomes_set(runner, run_id, items, together, answers))
-            pending.flush()
+            pending.finish()
     except (_Raced, DeferredConflict, IntegrityError, OperationalError):
         answers, later = {}, list(range(len(items)))
     for index in sorted(later):

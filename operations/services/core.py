@@ -40,6 +40,7 @@ from ..payloads import iso
 from ..selectors import operation_refresh
 from .notices import notice_write, request_changed
 from .rows import insert_all, insert_unless_conflict, save_fields
+from .rows import pending as rows_pending
 from .terms import approval_terms
 
 GENESIS_HASH = "0" * 64
@@ -532,6 +533,11 @@ def outbox_enqueue(
     endpoints = _subscribed(op.runner, event_type)
     if not endpoints:
         return 0
+    pending = rows_pending()
+    if pending is not None:
+        # The payload re-reads the operation: what this transaction gathered for it
+        # (an outcome batch's deferred rows, ``rows.deferred``) is written first.
+        pending.flush()
     payload = {
         "type": event_type,
         "timestamp": iso(now),

@@ -34,7 +34,7 @@ from .core import (
     record,
     succeed,
 )
-from .rows import Columns, approvals_known_none, save_fields
+from .rows import Columns, approvals_known_none, pending, save_fields
 
 
 def _settle(
@@ -333,7 +333,14 @@ def outcome_record_locked(
 
 def _add_spend(op: Operation, cost: Any) -> None:
     if cost:
-        Run.objects.filter(pk=op.run_id).update(spend=F("spend") + Decimal(str(cost)))
+        amount = Decimal(str(cost))
+        gathering = pending()
+        if gathering is not None:
+            # An outcome batch: the runs' rows last, after every tool's (the breaker's),
+            # in the order a single outcome takes them (operation, tool, run).
+            gathering.increment(Run, op.run_id, "spend", amount)
+            return
+        Run.objects.filter(pk=op.run_id).update(spend=F("spend") + amount)
 
 
 def _apply_outcome_locked(

@@ -19,6 +19,7 @@ set, and row count) and send only parameters after that, so PostgreSQL can prepa
 Nothing here opens a transaction: callers (the services) own theirs.
 """
 
+import re
 import threading
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -26,7 +27,7 @@ from datetime import datetime
 from typing import Any, cast
 
 from django.db import connection, models
-from django.db.models import Field, Model
+from django.db.models import F, Field, Model
 
 from ..models import Operation
 
@@ -64,8 +65,12 @@ def _preparer(field: Field, add: bool) -> Any:
 
     target = field.target_field if isinstance(field, models.ForeignKey) else field
     kinds = _AS_IS.get(type(target))
-    aware = type(field) is models.DateTimeField and not (
-        cast(Any, field).auto_now or cast(Any, field).auto_now_add
+    # PostgreSQL takes an aware datetime as it is; SQLite's adapter would write its
+    # offset, where Django writes naive UTC.
+    aware = (
+        connection.vendor == "postgresql"
+        and type(field) is models.DateTimeField
+        and not (cast(Any, field).auto_now or cast(Any, field).auto_now_add)
     )
     attname = cast(str, field.attname)
     if kinds is not None:
@@ -97,6 +102,13 @@ def _values(fields: list[Field], add: bool) -> list[Any]:
     return preparers
 
 
+def _base_type(field: Field) -> str:
+    """The column's type without its modifier (``varchar``, not ``varchar(64)``): an
+    explicit cast to ``varchar(n)`` cuts a longer value without a word, where the
+    column's own assignment refuses it, as a single row's INSERT does."""
+    return re.sub(r"\(.*\)", "", cast(str, field.db_type(connection))).strip()
+
+
 def _insert_fields(model: type[Model], auto_key: bool) -> list[Field]:
     return [field for field in model._meta.concrete_fields if not (field.primary_key and auto_key)]
 
@@ -120,7 +132,7 @@ def _insert_parts(instances: list[Model]) -> tuple[str, list[Any]]:
         table = quote(model._meta.db_table)
         if columnar:
             # Binary arrays (``%b``): psycopg's text format escapes every element.
-            arrays = ", ".join(f"%b::{field.db_type(connection)}[]" for field in fields)
+            arrays = ", ".join(f"%b::{_base_type(field)}[]" for field in fields)
             rows = f"SELECT * FROM unnest({arrays})"  # noqa: S608
         else:
             row = "(" + ", ".join(["%s"] * len(fields)) + ")"
@@ -147,10 +159,10 @@ def insert_unless_conflict(instance: Model) -> bool:
     in one statement and without aborting the transaction; the caller reads what the
     conflict was only when there was one.
     """
-    pending = _pending()
-    if pending is not None:
+    gathering = pending()
+    if gathering is not None:
         # Assumed written; a conflict at the flush raises ``DeferredConflict``.
-        pending.insert(instance, unless_conflict=True)
+        gathering.insert(instance, unless_conflict=True)
         return True
     sql, params = _insert_parts([instance])
     with connection.cursor() as cursor:
@@ -183,10 +195,10 @@ def insert_all(*instances: Model) -> None:
     table's INSERT), one per table elsewhere. No row is read back: the caller made the
     rows, keys included (an automatic key stays unset on the instance).
     """
-    pending = _pending()
-    if pending is not None:
+    gathering = pending()
+    if gathering is not None:
         for instance in instances:
-            pending.insert(instance, unless_conflict=False)
+            gathering.insert(instance, unless_conflict=False)
         return
     groups: dict[type[Model], list[Model]] = {}
     for instance in instances:
@@ -231,9 +243,9 @@ def save_fields(instance: Model, names: Iterable[str]) -> None:
         built = _UPDATES[key] = (sql, fields, _values(fields, False))
     sql, fields, preparers = built
     params = [value(instance) for value in preparers]
-    pending = _pending()
-    if pending is not None:
-        pending.update(model, key[2], fields, instance.pk, params)
+    gathering = pending()
+    if gathering is not None:
+        gathering.update(model, key[2], fields, instance.pk, params)
         return
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, instance.pk])
@@ -247,15 +259,17 @@ class DeferredConflict(Exception):
 _state = threading.local()
 
 
-def _pending() -> "Deferred | None":
+def pending() -> "Deferred | None":
+    """The writes this thread defers now (``deferred``), if it does."""
     return getattr(_state, "deferred", None)
 
 
 class Deferred:
     """The rows gathered within ``deferred``, written by ``flush``: first each table's
     inserts (one statement per table), then each set of updated columns (one statement
-    per model and columns). A row updated twice is written in order: the first update
-    flushes what was gathered before the second is gathered."""
+    per model and columns); ``finish`` flushes and adds the increments last. A row
+    updated twice is written in order: the first update flushes what was gathered
+    before the second is gathered."""
 
     def __init__(self) -> None:
         self._inserts: dict[type[Model], list[Model]] = {}
@@ -263,6 +277,21 @@ class Deferred:
         self._updates: dict[tuple[type[Model], tuple[str, ...]], list[Any]] = {}
         self._fields: dict[tuple[type[Model], tuple[str, ...]], list[Field]] = {}
         self._updated: set[tuple[type[Model], Any]] = set()
+        self._increments: dict[tuple[str, Any], tuple[type[Model], str, Any]] = {}
+
+    def increment(self, model: type[Model], pk: Any, name: str, amount: Any) -> None:
+        """Add ``amount`` to the column ``name`` of a row, at ``finish``: after every
+        other write and lock of the transaction, rows in key order."""
+        key = (model._meta.db_table, pk)
+        _, _, before = self._increments.get(key, (model, name, 0))
+        self._increments[key] = (model, name, before + amount)
+
+    def finish(self) -> None:
+        """``flush``, then the increments (``increment``)."""
+        self.flush()
+        increments, self._increments = self._increments, {}
+        for (_, pk), (model, name, amount) in sorted(increments.items(), key=lambda i: i[0]):
+            model._default_manager.filter(pk=pk).update(**{name: F(name) + amount})
 
     def insert(self, instance: Model, *, unless_conflict: bool) -> None:
         self._inserts.setdefault(type(instance), []).append(instance)
@@ -301,7 +330,7 @@ class Deferred:
                 fields = self._fields[(model, names)]
                 pk = cast(Field, model._meta.pk)
                 columns = [cast(str, field.column) for field in fields]
-                types = [pk.db_type(connection), *(field.db_type(connection) for field in fields)]
+                types = [_base_type(pk), *(_base_type(field) for field in fields)]
                 arrays = ", ".join(f"%b::{kind}[]" for kind in types)
                 names_sql = ", ".join(quote(name) for name in ["_pk", *columns])
                 assignments = ", ".join(f"{quote(c)} = v.{quote(c)}" for c in columns)
@@ -319,14 +348,14 @@ class Deferred:
 
 @contextmanager
 def deferred() -> Iterator[Deferred]:
-    """Gather this thread's row writes until ``Deferred.flush`` (PostgreSQL: the
-    statements use ``RETURNING`` and ``UPDATE ... FROM``). The caller flushes before its
-    transaction ends; what is not flushed is not written."""
-    if _pending() is not None:
+    """Gather this thread's row writes until ``Deferred.finish`` (PostgreSQL: the
+    statements use ``UPDATE ... FROM unnest``). The caller finishes before its
+    transaction ends; what is not written then is not written."""
+    if pending() is not None:
         raise RuntimeError("Writes are already deferred.")
-    pending = _state.deferred = Deferred()
+    gathering = _state.deferred = Deferred()
     try:
-        yield pending
+        yield gathering
     finally:
         _state.deferred = None
 
