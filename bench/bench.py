@@ -445,6 +445,17 @@ def _served_parts(args: argparse.Namespace, parts: set[str], url: str, report: d
         return stack.token
 
 
+def machine() -> dict[str, Any]:
+    """What a report says of the machine at its start."""
+    return {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        # Other work on the machine skews every figure; the load says how much.
+        "load_average_at_start": [round(load, 2) for load in os.getloadavg()],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _arguments(argv)
     parts = set(args.only or PARTS)
@@ -457,13 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     url = fresh_database(args.database, base_url=base)
     sizes = [int(size) for size in args.sizes.split(",") if size]
     report: dict[str, Any] = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            # Other work on the machine skews every figure; the load says how much.
-            "load_average_at_start": [round(load, 2) for load in os.getloadavg()],
-        },
+        "machine": machine(),
         "database": url.rsplit("@", 1)[-1],
         "gunicorn": {"workers": args.gunicorn_workers, "threads": args.gunicorn_threads},
         "parts": sorted(parts),

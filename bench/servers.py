@@ -42,13 +42,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import secrets
 import sys
 from pathlib import Path
 from typing import Any
 
-from .bench import DEFAULT_SERVER, contract
+from .bench import DEFAULT_SERVER, contract, machine
 from .lifecycle import (
     WARM_PER_THREAD,
     CpuMeter,
@@ -251,12 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     sequence = order(args.rounds)
     per_thread, batches = sizes(args)
     report: dict[str, Any] = {
-        "machine": {
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "platform": platform.platform(),
-            "load_average_at_start": [round(load, 2) for load in os.getloadavg()],
-        },
+        "machine": machine(),
         "database": url.rsplit("@", 1)[-1],
         "servers": {
             "gunicorn": f"gthread, {WORKERS} workers x {THREADS_PER_WORKER} threads",
