@@ -88,18 +88,21 @@ class _FakeClient:
     def __init__(self):
         self.sent = []
         self.max_retry_wait_s = 60
+        self.max_batch_bytes = 512 * 1024
 
-    async def register_many(self, run, items):
+    def _register_many_plan(self, run, items):
         from effectgate_client import BatchItem
 
         self.sent.append(("register_many", run, [item["operation_key"] for item in items]))
         return [BatchItem(201, operation=_operation(item)) for item in items]
+        yield
 
-    async def post_outcomes(self, run, items):
+    def _post_outcomes_plan(self, run, items):
         from effectgate_client import BatchItem
 
         self.sent.append(("post_outcomes", run, [item["operation"] for item in items]))
         return [BatchItem(200, operation={"id": item["operation"]}) for item in items]
+        yield
 
     def _register_plan(self, fields):
         self.sent.append(("register", fields["run"], [fields["operation_key"]]))
