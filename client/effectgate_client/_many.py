@@ -71,8 +71,11 @@ def _is_outcome(effect: Any) -> bool:
 def own_copy(exc: Exception) -> Exception:
     """A copy of ``exc`` (its class, attributes and cause, not its traceback): each
     caller that meets one request's failure gets an exception of its own."""
-    copy = type(exc).__new__(type(exc), *exc.args)
-    copy.__dict__.update(exc.__dict__)
+    try:
+        copy = type(exc).__new__(type(exc), *exc.args)
+        copy.__dict__.update(exc.__dict__)
+    except (TypeError, AttributeError):  # an exception that cannot be copied so
+        return exc
     copy.__cause__, copy.__context__ = exc.__cause__, exc.__context__
     return copy
 

@@ -30,7 +30,8 @@ of an irreversible or compensable tool: only Effectgate decides that, after
 reconciliation.
 
 ``execute_many`` takes the parallel calls of one model turn through the same protocol
-with one batch registration and one batch of outcomes (``_many``).
+with one batch registration and batches of outcomes posted as the tools return
+(``_many``).
 
 ``AsyncRunner`` is ``Runner`` for asyncio: ``await runner.execute(...)`` over an
 ``AsyncEffectgateClient``, with tool functions that may be coroutine functions. Both
@@ -575,11 +576,14 @@ class Runner(_RunnerCore):
         """The parallel tool calls of one model turn (1 to 50, of one run): one batch
         registration with inline claims, the claimed calls run in a thread pool of
         ``max_workers`` (default: one per call, at most 8; 1 runs them one after
-        another), each under its heartbeat until its outcome is recorded, then one batch
-        of outcomes. Each item of the answer, in order, is what ``execute`` returns for
+        another; a call waiting for a worker keeps its lease), each under its heartbeat
+        until its outcome is recorded, their outcomes posted in batches as the tools
+        return. Each item of the answer, in order, is what ``execute`` returns for
         that call, or the exception it would raise (``OutcomeNotRecorded`` keeps an
         outcome that could not be posted); a refusal of the whole registration raises.
-        The calls' tool functions may run at once in several threads."""
+        The calls' tool functions may run at once in several threads. Interrupted (a
+        ``BaseException``), it starts no further call, waits for those running and
+        posts the outcomes of every tool that returned before re-raising."""
         return _many.execute_many(self, calls, max_workers)
 
     def _beating(self, context: AttemptContext, lease: _Lease | None = None) -> _Heartbeat:
@@ -685,7 +689,8 @@ class AsyncRunner(_RunnerCore):
 
     async def execute_many(self, calls: Sequence[ToolCall]) -> list[ToolCallResult | Exception]:
         """``Runner.execute_many``, awaited: the claimed calls run concurrently on the
-        event loop (``asyncio.gather``), each with its heartbeat task."""
+        event loop, each with its heartbeat task. Cancelled, it cancels the tools still
+        running and posts the outcomes of those that returned (shielded) first."""
         return await _many.aexecute_many(self, calls)
 
     async def _beat(self, context: AttemptContext, lease: _Lease | None = None) -> None:
