@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._plan import Plan
+from ._wire import _outcome_bodies, _register_body
 from .answers import Operation
 
 if TYPE_CHECKING:
@@ -29,6 +30,18 @@ class AttemptContext:
     idempotency_key: str
     arguments: dict[str, Any]
     lease_until: str
+
+
+@dataclass
+class _Lease:
+    """When an attempt's lease was last known to run its full length: the claim's
+    sending, then each heartbeat's that extended it (``execute_many``: a call waiting
+    for a worker keeps its lease)."""
+
+    since: float
+
+    def renewed(self, at: float) -> None:
+        self.since = max(self.since, at)
 
 
 @dataclass(frozen=True)
@@ -71,6 +84,14 @@ class _Register:
     def batch_item(self) -> dict[str, Any]:
         return dict(self.fields)
 
+    def check(self) -> None:
+        """Raise ``ValueError`` now for what ``register`` would refuse to send."""
+        _register_body(self.fields)
+
+    def many_plan(self, client: _ClientCore, items: list[dict[str, Any]]) -> Plan[Any]:
+        """``register_many`` of ``items`` (this effect's and those of its batch)."""
+        return client._register_many_plan(self.fields["run"], items)
+
 
 @dataclass(frozen=True)
 class _PostOutcome:
@@ -87,3 +108,11 @@ class _PostOutcome:
 
     def batch_item(self) -> dict[str, Any]:
         return {"operation": self.operation_id, "attempt": self.attempt, **self.body}
+
+    def check(self) -> None:
+        """Raise ``ValueError`` now for what ``post_outcomes`` would refuse to send."""
+        _outcome_bodies([self.batch_item()])
+
+    def many_plan(self, client: _ClientCore, items: list[dict[str, Any]]) -> Plan[Any]:
+        """``post_outcomes`` of ``items`` (this effect's and those of its batch)."""
+        return client._post_outcomes_plan(self.run, items)

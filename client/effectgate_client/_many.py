@@ -1,35 +1,46 @@
 """``Runner.execute_many`` and ``AsyncRunner.execute_many``: the parallel tool calls of
-one model turn in two batch requests (api.md, Batches).
+one model turn in few batch requests (api.md, Batches).
 
-1. One ``register_many`` registers every call with its inline claim.
+1. One ``register_many`` registers every call with its inline claim (split into
+   requests of at most ``max_batch_bytes`` when the calls are large).
 2. Every call claimed there runs (``AsyncRunner``: concurrently; ``Runner``: in a small
    thread pool), each under a heartbeat that lasts until its outcome is recorded, and
-   goes on as ``execute`` would until the outcome is to be posted.
-3. One ``post_outcomes`` posts those outcomes (a single outcome goes as the single
-   call); each item's answer, or its refusal, or the whole request's failure, is handed
-   to its call exactly as the single ``post_outcome`` would hand it.
+   goes on as ``execute`` would until the outcome is to be posted. The calls not claimed
+   inline go on as ``execute`` from their registration's answer at once.
+3. Outcomes are posted as their tools return: the first with those that return within
+   2 ms of it, those that come back while a post is in flight together as soon as it is
+   answered (a single outcome goes
+   as the single call, a batch too large goes in several requests). Each item's answer,
+   or its refusal, or its request's failure, is handed to its call exactly as the
+   single ``post_outcome`` would hand it.
 4. Every call then goes on to its end as ``execute`` (``_RunnerCore._registered_plan``)
-   from its registration's answer: retries, approvals, replays of finished operations,
-   unknown outcomes. The calls not claimed inline start here.
+   from there: retries, approvals, replays of finished operations, unknown outcomes.
 
 So each call gets what ``execute`` gives it, decided by the same code; a refusal that
 ``execute`` raises (an invalid argument, an exhausted budget, an outcome that could not
 be recorded: ``OutcomeNotRecorded`` keeps it) is that call's item of the answer, as
 ``asyncio.gather(..., return_exceptions=True)`` would give it. Only a refusal of the
 whole registration request raises, before any tool ran.
+
+An interruption (``AsyncRunner``: a cancellation; ``Runner``: a ``BaseException`` such
+as ``KeyboardInterrupt``) still posts the outcome of every tool that returned before it
+goes on; ``AsyncRunner`` cancels the tools still running (nothing is posted for them,
+as for a cancelled ``execute``), ``Runner`` starts no further call and waits for those
+running, whose outcomes it posts too.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from ._effects import AttemptContext, _Invoke, _PostOutcome
+from ._effects import AttemptContext, _Invoke, _Lease, _PostOutcome, _Register
 from ._plan import Paused, Plan, adrive, adrive_until, drive, drive_until
-from ._wire import BATCH_MAX_ITEMS
+from ._wire import BATCH_MAX_ITEMS, _chunks
+from .errors import UnexpectedResponse
 
 if TYPE_CHECKING:
     from .client import _ClientCore
@@ -37,20 +48,36 @@ if TYPE_CHECKING:
 
 # A sync ``execute_many`` runs at most this many tool calls at once by default.
 DEFAULT_WORKERS = 8
+# How long the first outcome to post waits for others (the MCP gateway's window).
+GATHER_WINDOW_S = 0.002
 
 
 @dataclass
 class _Start:
     """A call after the batch registration: its plan from there on and, when the
-    registration claimed, the attempt's context; or the refusal ``execute`` raises."""
+    registration claimed, the attempt's context and lease; or the refusal ``execute``
+    raises."""
 
     plan: Plan[ToolCallResult] | None = None
     context: AttemptContext | None = None
     error: Exception | None = None
+    lease: _Lease | None = None
 
 
 def _is_outcome(effect: Any) -> bool:
     return isinstance(effect, _PostOutcome)
+
+
+def own_copy(exc: Exception) -> Exception:
+    """A copy of ``exc`` (its class, attributes and cause, not its traceback): each
+    caller that meets one request's failure gets an exception of its own."""
+    try:
+        copy = type(exc).__new__(type(exc), *exc.args)
+        copy.__dict__.update(exc.__dict__)
+    except (TypeError, AttributeError):  # an exception that cannot be copied so
+        return exc
+    copy.__cause__, copy.__context__ = exc.__cause__, exc.__context__
+    return copy
 
 
 def start_plan(runner: _RunnerCore, calls: Sequence[Any]) -> Plan[list[_Start]]:
@@ -77,11 +104,11 @@ def start_plan(runner: _RunnerCore, calls: Sequence[Any]) -> Plan[list[_Start]]:
     starts = []
     for call, item in zip(calls, items, strict=True):
         if item.error is not None or item.operation is None:
-            starts.append(_Start(error=item.error))
+            starts.append(_Start(error=item.error or UnexpectedResponse(item.status, "no item")))
             continue
         registered = item.operation
         attempt = registered.get("attempt")
-        context = None
+        context = lease = None
         if attempt is not None:
             context = AttemptContext(
                 operation_id=registered["id"],
@@ -90,6 +117,7 @@ def start_plan(runner: _RunnerCore, calls: Sequence[Any]) -> Plan[list[_Start]]:
                 arguments=call["arguments"],
                 lease_until=attempt["lease_until"],
             )
+            lease = _Lease(started)
         plan = runner._registered_plan(
             registered,
             call=call["call"],
@@ -98,28 +126,45 @@ def start_plan(runner: _RunnerCore, calls: Sequence[Any]) -> Plan[list[_Start]]:
             undo=call.get("undo"),
             approval_wait_s=call.get("approval_wait_s"),
             waiter=call.get("waiter"),
+            lease=lease,
         )
-        starts.append(_Start(plan=plan, context=context))
+        starts.append(_Start(plan=plan, context=context, lease=lease))
     return starts
 
 
-def outcomes_plan(
-    client: _ClientCore, effects: list[_PostOutcome]
+def batch_plan(
+    client: _ClientCore, effects: Sequence[_Register] | Sequence[_PostOutcome]
 ) -> Plan[list[tuple[Any, Exception | None]]]:
-    """Post the outcomes of ``effects`` (of one run) in one request; each effect's
-    result or the exception to throw into its plan."""
-    if not effects:
-        return []
-    try:
-        if len(effects) == 1:
-            return [((yield from effects[0].plan(client)), None)]
-        items = yield from client._post_outcomes_plan(
-            effects[0].run, [effect.batch_item() for effect in effects]
-        )
-    except Exception as exc:
-        # The whole request failed: each outcome meets what its single post would.
-        return [(None, exc) for _ in effects]
-    return [(item.operation, item.error) for item in items]
+    """Perform ``effects`` (all registrations or all outcomes, of one run) in requests of
+    at most 50 items and ``client.max_batch_bytes``: a group of one as the single call,
+    more as one batch request. Each effect's result, or the exception to throw into its
+    plan: its item's refusal, or the failure of the request that carried it (a copy of
+    its own)."""
+    answers: list[tuple[Any, Exception | None]] = [(None, None)] * len(effects)
+    for chunk in _chunks([effect.batch_item() for effect in effects], client.max_batch_bytes):
+        group = [effects[i] for i in chunk]
+        replies: list[tuple[Any, Exception | None]]
+        try:
+            if len(group) == 1:
+                replies = [((yield from group[0].plan(client)), None)]
+            else:
+                items = yield from group[0].many_plan(client, [e.batch_item() for e in group])
+                replies = [(item.operation, item.error) for item in items]
+        except Exception as exc:
+            # The whole request failed: each call meets what its single one would.
+            replies = [(None, exc if n == 0 else own_copy(exc)) for n in range(len(group))]
+        for index, reply in zip(chunk, replies, strict=True):
+            answers[index] = reply
+    return answers
+
+
+def _paused(future: Future[Any] | asyncio.Future[Any]) -> bool:
+    """Whether a call's step ended at an outcome to post."""
+    return (
+        not future.cancelled()
+        and future.exception() is None
+        and isinstance(future.result(), Paused)
+    )
 
 
 def _without_beat(effect: Any) -> Any:
@@ -138,104 +183,159 @@ def _caught(function: Callable[[], Any]) -> Any:
 def execute_many(
     runner: Runner, calls: Sequence[Any], max_workers: int | None
 ) -> list[ToolCallResult | Exception]:
+    client = runner.client
     starts = drive(start_plan(runner, calls), runner._perform)
     answers: list[Any] = [start.error for start in starts]
-    claimed = [i for i, start in enumerate(starts) if start.context is not None]
     workers = max_workers or max(1, min(len(starts), DEFAULT_WORKERS))
-    paused: dict[int, Paused] = {}
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="execute-many") as pool:
-        beats = [runner._beating(starts[i].context) for i in claimed]  # type: ignore[arg-type]
+    beats = {
+        i: runner._beating(start.context, start.lease)
+        for i, start in enumerate(starts)
+        if start.context is not None
+    }
+    running: dict[Future[Any], int] = {}
+    waiting: dict[int, Paused] = {}
+
+    def quiet(effect: Any) -> Any:
+        return runner._perform(_without_beat(effect))
+
+    def first(plan: Plan[Any]) -> Any:
+        return _caught(lambda: drive_until(plan, quiet, _is_outcome))
+
+    def whole(plan: Plan[Any], reply: Any = None, error: Exception | None = None) -> Any:
+        return _caught(lambda: drive(plan, runner._perform, reply=reply, error=error))
+
+    def post(indexes: list[int]) -> list[tuple[Any, Exception | None]]:
         try:
+            effects = [waiting[i].effect for i in indexes]
+            return drive(batch_plan(client, effects), client._perform)
+        finally:
+            for i in indexes:
+                beats.pop(i).stop()
 
-            def first(i: int) -> Any:
-                def quiet(effect: Any) -> Any:
-                    return runner._perform(_without_beat(effect))
-
-                plan = starts[i].plan
-                return _caught(lambda: drive_until(plan, quiet, _is_outcome))  # type: ignore[arg-type]
-
-            for i, answer in zip(claimed, pool.map(first, claimed), strict=True):
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="execute-many")
+    try:
+        for i, start in enumerate(starts):
+            if start.plan is not None:
+                running[pool.submit(first if i in beats else whole, start.plan)] = i
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            if running.keys() - done and any(_paused(future) for future in done):
+                # Others that return within the window share the first one's post.
+                done, _ = wait(running, timeout=GATHER_WINDOW_S)
+            for future in sorted(done, key=running.__getitem__):
+                i = running.pop(future)
+                answer = future.result()
                 if isinstance(answer, Paused):
-                    paused[i] = answer
+                    waiting[i] = answer
                 else:
                     answers[i] = answer
-            order = sorted(paused)
-            posted = drive(
-                outcomes_plan(runner.client, [paused[i].effect for i in order]),
-                runner.client._perform,
-            )
-        finally:
-            for beat in beats:
-                beat.stop()
-        replies = dict(zip(order, posted, strict=True))
-
-        def finish(i: int) -> Any:
-            if i in paused:
-                reply, error = replies[i]
-                plan = paused[i].plan
-                return _caught(lambda: drive(plan, runner._perform, reply=reply, error=error))
-            return _caught(lambda: drive(starts[i].plan, runner._perform))  # type: ignore[arg-type]
-
-        done = _ended_early(claimed, paused)
-        rest = [i for i, start in enumerate(starts) if start.plan is not None and i not in done]
-        for i, answer in zip(rest, pool.map(finish, rest), strict=True):
-            answers[i] = answer
+                    if i in beats:
+                        beats.pop(i).stop()
+            if waiting:
+                # The outcomes that came back while the last post was in flight.
+                indexes = sorted(waiting)
+                replies = post(indexes)
+                for i, (reply, error) in zip(indexes, replies, strict=True):
+                    plan = waiting.pop(i).plan
+                    running[pool.submit(whole, plan, reply, error)] = i
+    except BaseException:
+        # Interrupted: start no further call, let those running end, and post the
+        # outcome of every tool that returned before going on.
+        pool.shutdown(wait=True, cancel_futures=True)
+        for future, i in running.items():
+            if future.done() and _paused(future):
+                waiting[i] = future.result()
+        if waiting:
+            drive(batch_plan(client, [waiting[i].effect for i in sorted(waiting)]), client._perform)
+        raise
+    finally:
+        for beat in beats.values():
+            beat.stop()
+        pool.shutdown(wait=True)
     return answers
-
-
-def _ended_early(claimed: list[int], paused: dict[int, Paused]) -> set[int]:
-    """The claimed calls that ended before posting an outcome (their answer is in)."""
-    return {i for i in claimed if i not in paused}
 
 
 async def aexecute_many(
     runner: AsyncRunner, calls: Sequence[Any]
 ) -> list[ToolCallResult | Exception]:
+    client = runner.client
     starts = await adrive(start_plan(runner, calls), runner._perform)
     answers: list[Any] = [start.error for start in starts]
-    claimed = [i for i, start in enumerate(starts) if start.context is not None]
-    paused: dict[int, Paused] = {}
+    beats = {
+        i: asyncio.create_task(runner._beat(start.context, start.lease))
+        for i, start in enumerate(starts)
+        if start.context is not None
+    }
+    running: dict[asyncio.Future[Any], int] = {}
+    waiting: dict[int, Paused] = {}
+    posting: asyncio.Future[Any] | None = None
 
     async def quiet(effect: Any) -> Any:
         return await runner._perform(_without_beat(effect))
 
-    async def first(i: int) -> Any:
+    async def first(plan: Plan[Any]) -> Any:
         try:
-            return await adrive_until(starts[i].plan, quiet, _is_outcome)  # type: ignore[arg-type]
+            return await adrive_until(plan, quiet, _is_outcome)
         except Exception as exc:
             return exc
 
-    beats = [
-        asyncio.create_task(runner._beat(starts[i].context))  # type: ignore[arg-type]
-        for i in claimed
-    ]
+    async def whole(plan: Plan[Any], reply: Any = None, error: Exception | None = None) -> Any:
+        try:
+            return await adrive(plan, runner._perform, reply=reply, error=error)
+        except Exception as exc:
+            return exc
+
+    async def post(indexes: list[int]) -> list[tuple[Any, Exception | None]]:
+        try:
+            effects = [waiting[i].effect for i in indexes]
+            return await adrive(batch_plan(client, effects), client._perform)
+        finally:
+            for i in indexes:
+                beats.pop(i).cancel()
+
     try:
-        for i, answer in zip(claimed, await asyncio.gather(*map(first, claimed)), strict=True):
-            if isinstance(answer, Paused):
-                paused[i] = answer
-            else:
-                answers[i] = answer
-        order = sorted(paused)
-        posted = await adrive(
-            outcomes_plan(runner.client, [paused[i].effect for i in order]),
-            runner.client._perform,
-        )
+        for i, start in enumerate(starts):
+            if start.plan is not None:
+                step = first if i in beats else whole
+                running[asyncio.ensure_future(step(start.plan))] = i
+        while running:
+            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
+            if running.keys() - done and any(_paused(task) for task in done):
+                # Others that return within the window share the first one's post.
+                done, _ = await asyncio.wait(running, timeout=GATHER_WINDOW_S)
+            for task in sorted(done, key=running.__getitem__):
+                i = running.pop(task)
+                answer = task.result()
+                if isinstance(answer, Paused):
+                    waiting[i] = answer
+                else:
+                    answers[i] = answer
+                    if i in beats:
+                        beats.pop(i).cancel()
+            if waiting:
+                # The outcomes that came back while the last post was in flight.
+                indexes = sorted(waiting)
+                posting = asyncio.ensure_future(post(indexes))
+                replies = await asyncio.shield(posting)
+                posting = None
+                for i, (reply, error) in zip(indexes, replies, strict=True):
+                    plan = waiting.pop(i).plan
+                    running[asyncio.ensure_future(whole(plan, reply, error))] = i
+    except BaseException:
+        # Cancelled: the tools still running are cancelled (nothing is posted for them,
+        # as for a cancelled ``execute``); the outcome of every tool that returned is
+        # posted, shielded, before the cancellation goes on.
+        for task in running:
+            if task.done() and _paused(task):
+                waiting[running[task]] = task.result()
+            task.cancel()
+        if posting is not None:
+            await asyncio.shield(posting)
+        rest = sorted(i for i in waiting if i in beats)
+        if rest:
+            await asyncio.shield(asyncio.ensure_future(post(rest)))
+        raise
     finally:
-        for beat in beats:
+        for beat in beats.values():
             beat.cancel()
-    replies = dict(zip(order, posted, strict=True))
-
-    async def finish(i: int) -> Any:
-        try:
-            if i in paused:
-                reply, error = replies[i]
-                return await adrive(paused[i].plan, runner._perform, reply=reply, error=error)
-            return await adrive(starts[i].plan, runner._perform)  # type: ignore[arg-type]
-        except Exception as exc:
-            return exc
-
-    done = _ended_early(claimed, paused)
-    rest = [i for i, start in enumerate(starts) if start.plan is not None and i not in done]
-    for i, answer in zip(rest, await asyncio.gather(*map(finish, rest)), strict=True):
-        answers[i] = answer
     return answers

@@ -6,6 +6,7 @@ answers are repeated, and when, is ``client._ClientCore``'s.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, NotRequired, Required, TypedDict, TypeVar
@@ -154,6 +155,27 @@ class BatchItem(Generic[A]):
 def _batch_size_check(items: Sequence[Any]) -> None:
     if not 1 <= len(items) <= BATCH_MAX_ITEMS:
         raise ValueError(f"a batch holds 1 to {BATCH_MAX_ITEMS} items, not {len(items)}")
+
+
+def _encoded_size(body: Any) -> int:
+    """The size of ``body`` as JSON, no smaller than what ``httpx`` sends."""
+    return len(json.dumps(body).encode())
+
+
+def _chunks(bodies: Sequence[Any], limit: int) -> list[list[int]]:
+    """The indexes of ``bodies`` in groups of at most ``BATCH_MAX_ITEMS`` whose JSON
+    array is at most ``limit`` bytes, in order; a body larger than ``limit`` alone is a
+    group of its own."""
+    groups: list[list[int]] = []
+    size = 0
+    for index, body in enumerate(bodies):
+        item = _encoded_size(body) + 2  # the separator (and the brackets, once)
+        if not groups or len(groups[-1]) >= BATCH_MAX_ITEMS or size + item > limit:
+            groups.append([])
+            size = 2
+        groups[-1].append(index)
+        size += item
+    return groups
 
 
 def _register_many_bodies(

@@ -37,6 +37,7 @@ import time
 import warnings
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, TypeVar, Unpack
 
 import httpx
@@ -52,6 +53,7 @@ from ._wire import (
     RegisterFields,
     Send,
     _areceive,
+    _chunks,
     _evidence_body,
     _list_params,
     _next_page,
@@ -81,12 +83,14 @@ from .errors import (
     ContractNotActiveWarning,
     NotCompensating,
     NotUnknown,
+    PayloadTooLarge,
     ProblemError,
     TransportError,
     UnexpectedResponse,
     inactive_contract_message,
     problem_from_body,
     problem_from_response,
+    request_id_of,
 )
 
 logger = logging.getLogger(__name__)
@@ -98,6 +102,9 @@ RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
 MAX_RESPONSE_BYTES = 8 * 1024 * 1024
 # The longest one wait before a repeat may last, whatever ``Retry-After`` asks.
 MAX_RETRY_WAIT_S = 60.0
+# The largest encoded body of one batch request: a batch is split into requests below
+# it, comfortably under Effectgate's ``MAX_REQUEST_BYTES`` (1 MiB by default, 413 above).
+MAX_BATCH_BYTES = 512 * 1024
 
 T = TypeVar("T")
 
@@ -106,7 +113,7 @@ class ClientSettings(TypedDict, total=False):
     """The settings both clients take (defaults in ``_ClientCore``): the timeout of a
     request, how often one call is repeated after a lost answer, the backoff between
     repeats, the User-Agent, the largest answer read, the longest wait a
-    ``Retry-After`` (or ``retry_after_ms``) may ask for."""
+    ``Retry-After`` (or ``retry_after_ms``) may ask for, the largest batch request."""
 
     timeout: float
     max_retries: int
@@ -115,6 +122,41 @@ class ClientSettings(TypedDict, total=False):
     user_agent: str
     max_response_bytes: int
     max_retry_wait_s: float
+    max_batch_bytes: int
+
+
+@dataclass(frozen=True)
+class _Answer:
+    """A success's JSON ``body``, its ``request_id`` and whether it answers a repeat."""
+
+    body: Any
+    request_id: str | None
+    repeated: bool
+
+
+def _batch_item(path: str, result: Any, request_id: str | None) -> BatchItem[Any]:
+    """One item of a batch's answer, checked: an object with an integer ``status`` and
+    either an ``operation`` (an object with an ``id``; the only answer of a 2xx) or a
+    ``problem`` (an object); anything else raises ``UnexpectedResponse``."""
+    status = result.get("status") if isinstance(result, dict) else None
+    if isinstance(result, dict) and isinstance(status, int) and not isinstance(status, bool):
+        operation, problem = result.get("operation"), result.get("problem")
+        if (
+            200 <= status < 300
+            and "problem" not in result
+            and isinstance(operation, dict)
+            and "id" in operation
+        ):
+            return BatchItem(status, operation=operation)
+        if not 200 <= status < 300 and "operation" not in result and isinstance(problem, dict):
+            return BatchItem(
+                status, error=problem_from_body(problem, status=status, request_id=request_id)
+            )
+    raise UnexpectedResponse(
+        200,
+        f"POST {path}: an item of the answer is unreadable: {result!r:.200}",
+        request_id=request_id,
+    )
 
 
 class _ClientCore:
@@ -132,6 +174,7 @@ class _ClientCore:
         user_agent: str = f"effectgate-client/{__version__}",
         max_response_bytes: int = MAX_RESPONSE_BYTES,
         max_retry_wait_s: float = MAX_RETRY_WAIT_S,
+        max_batch_bytes: int = MAX_BATCH_BYTES,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         # What ``AsyncEffectgateClient.like`` needs to make a client with these settings.
@@ -144,7 +187,9 @@ class _ClientCore:
             "user_agent": user_agent,
             "max_response_bytes": max_response_bytes,
             "max_retry_wait_s": max_retry_wait_s,
+            "max_batch_bytes": max_batch_bytes,
         }
+        self.max_batch_bytes = max_batch_bytes
         self.max_response_bytes = max_response_bytes
         self.max_retry_wait_s = max_retry_wait_s
         self.max_retries = max_retries
@@ -181,6 +226,22 @@ class _ClientCore:
         Raises the typed ``ProblemError`` for a problem answer, ``TransportError`` when
         Effectgate stayed unreachable, ``UnexpectedResponse`` for anything else.
         """
+        answer = yield from self._answer_plan(
+            method, path, json=json, params=params, max_retries=max_retries
+        )
+        return answer.body
+
+    def _answer_plan(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        max_retries: int | None = None,
+    ) -> Plan[_Answer]:
+        """``_request_plan`` with the answer's request id and whether it answers a
+        repeat."""
         retries = self.max_retries if max_retries is None else max_retries
         retry = 0
         while True:
@@ -197,7 +258,8 @@ class _ClientCore:
                 self.stats[f"lost:{type(exc).__name__}"] += 1
             else:
                 if response.is_success:
-                    return response.json() if response.content else None
+                    body = response.json() if response.content else None
+                    return _Answer(body, request_id_of(response), retry > 0)
                 error = problem_from_response(response)
                 if response.status_code not in RETRY_STATUSES or retry >= retries:
                     if isinstance(error, ProblemError):
@@ -235,27 +297,52 @@ class _ClientCore:
         return (yield from self._request_plan("POST", "/operations", json=body))
 
     def _batch_plan(self, path: str, bodies: list[dict[str, Any]]) -> Plan[list[BatchItem[Any]]]:
+        """The items of a batch in requests of at most ``max_batch_bytes`` (encoded) and
+        50 items; a request Effectgate refuses as too large (413) is sent again item by
+        item, and an item too large alone is answered ``PayloadTooLarge``. The items in
+        order; the refusal of a whole request (not 413) raises."""
+        items: list[BatchItem[Any] | None] = [None] * len(bodies)
+        for chunk in _chunks(bodies, self.max_batch_bytes):
+            try:
+                answered = yield from self._batch_request_plan(path, [bodies[i] for i in chunk])
+            except PayloadTooLarge as exc:
+                if len(chunk) == 1:
+                    answered = [BatchItem(exc.status, error=exc)]
+                else:
+                    self.stats["batch_split_413"] += 1
+                    answered = []
+                    for i in chunk:
+                        answered += yield from self._batch_plan(path, [bodies[i]])
+            for index, item in zip(chunk, answered, strict=True):
+                items[index] = item
+        return [item for item in items if item is not None]
+
+    def _batch_request_plan(
+        self, path: str, bodies: list[dict[str, Any]]
+    ) -> Plan[list[BatchItem[Any]]]:
         """One batch request (repeated while its answer is lost), then its items answered
         429 or 5xx alone, as often as a single call is repeated; the items in order."""
         items: list[BatchItem[Any] | None] = [None] * len(bodies)
         todo = list(range(len(bodies)))
         retry = 0
         while True:
-            answer = yield from self._request_plan("POST", path, json=[bodies[i] for i in todo])
-            results = answer.get("results") if isinstance(answer, dict) else None
+            answer = yield from self._answer_plan("POST", path, json=[bodies[i] for i in todo])
+            results = answer.body.get("results") if isinstance(answer.body, dict) else None
             if not isinstance(results, list) or len(results) != len(todo):
-                raise UnexpectedResponse(200, f"POST {path}: not an answer of {len(todo)} items")
+                raise UnexpectedResponse(
+                    200,
+                    f"POST {path}: not an answer of {len(todo)} items",
+                    request_id=answer.request_id,
+                )
             again: list[int] = []
             for index, result in zip(todo, results, strict=True):
-                status = int(result.get("status", 0))
-                if "problem" not in result:
-                    items[index] = BatchItem(status, operation=result.get("operation"))
-                    continue
-                error = problem_from_body(result["problem"], status=status)
-                error.repeated = retry > 0
-                if status in RETRY_STATUSES and retry < self.max_retries:
-                    again.append(index)
-                items[index] = BatchItem(status, error=error)
+                item = _batch_item(path, result, answer.request_id)
+                if item.error is not None:
+                    # Repeated if this item, or the whole batch, was sent before.
+                    item.error.repeated = retry > 0 or answer.repeated
+                    if item.status in RETRY_STATUSES and retry < self.max_retries:
+                        again.append(index)
+                items[index] = item
             if not again:
                 return [item for item in items if item is not None]
             self.stats["batch_items_repeated"] += len(again)

@@ -30,7 +30,8 @@ of an irreversible or compensable tool: only Effectgate decides that, after
 reconciliation.
 
 ``execute_many`` takes the parallel calls of one model turn through the same protocol
-with one batch registration and one batch of outcomes (``_many``).
+with one batch registration and batches of outcomes posted as the tools return
+(``_many``).
 
 ``AsyncRunner`` is ``Runner`` for asyncio: ``await runner.execute(...)`` over an
 ``AsyncEffectgateClient``, with tool functions that may be coroutine functions. Both
@@ -52,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, Required, TypedDict, Unpack, cast
 
 from . import _many
-from ._effects import AttemptContext, _Await, _Hold, _Invoke, _PostOutcome, _Register
+from ._effects import AttemptContext, _Await, _Hold, _Invoke, _Lease, _PostOutcome, _Register
 from ._plan import Plan, adrive, drive, resolved
 from ._values import (
     _travels,
@@ -72,6 +73,7 @@ from .errors import (
     OperationClosed,
     OutcomeConflict,
     OutcomeNotRecorded,
+    PayloadTooLarge,
     ProblemError,
     ReconciliationRequired,
     RetryLater,
@@ -247,9 +249,11 @@ class _RunnerCore:
         undo: Any = None,
         approval_wait_s: float | None = None,
         waiter: Any = None,
+        lease: _Lease | None = None,
     ) -> Plan[ToolCallResult]:
         """``execute`` from the answer of its registration (sent at ``started``) on:
-        ``execute_many`` goes on from each item of its batch registration here."""
+        ``execute_many`` goes on from each item of its batch registration here, with the
+        ``lease`` its heartbeat keeps for an attempt claimed there."""
         client: _ClientCore = self.client
         waiter = waiter or self.waiter
         deadline = started + self.wait_s
@@ -267,6 +271,9 @@ class _RunnerCore:
         while True:
             if attempt is not None:
                 result.attempts.append(attempt["attempt"])
+                if lease is not None:
+                    # The inline claim's lease, kept by the heartbeat since.
+                    claim_sent, lease = max(claim_sent, lease.since), None
                 op = yield from self._attempt_plan(op, attempt, call, arguments, result, claim_sent)
                 attempt = None
                 continue
@@ -399,9 +406,10 @@ class _RunnerCore:
             # because the attempt already has another outcome; the operation says which.
             return (yield from client._get_operation_plan(op["id"]))
         except (TransportError, UnexpectedResponse, ProblemError) as exc:
-            # Unreachable, or still a 429/5xx after every repeat: the outcome is not
-            # recorded, and the caller must keep it.
-            if not isinstance(exc, TransportError) and exc.status not in RETRY_STATUSES:
+            # Unreachable, still a 429/5xx after every repeat, refused as too large, or
+            # an answer that cannot be read: the outcome is not known to be recorded, and
+            # the caller must keep it.
+            if not isinstance(exc, TransportError) and not _not_recorded(exc):
                 raise
             raise OutcomeNotRecorded(
                 f"the outcome of {op['id']} attempt {number} could not be posted: {exc}",
@@ -436,14 +444,18 @@ class _RunnerCore:
             )
         )
 
-    def _beat_plan(self, context: AttemptContext) -> Plan[bool]:
-        """One heartbeat; False once the lease is lost (no further beat helps)."""
+    def _beat_plan(self, context: AttemptContext, lease: _Lease | None = None) -> Plan[bool]:
+        """One heartbeat (noted in ``lease`` when it extended the lease); False once the
+        lease is lost (no further beat helps)."""
         client: _ClientCore = self.client
+        sent = self.clock()
         try:
             # One repeat at most: the next beat is a repeat too.
             yield from client._heartbeat_plan(
                 context.operation_id, context.attempt, self.lease_s, 1
             )
+            if lease is not None:
+                lease.renewed(sent)
         except StaleAttempt:
             # Something acted on the expired lease (a paused process, a long GC): the
             # outcome will be recorded as a late outcome.
@@ -454,12 +466,23 @@ class _RunnerCore:
         return True
 
 
+def _not_recorded(exc: UnexpectedResponse | ProblemError) -> bool:
+    """Whether an outcome post answered ``exc`` may have left the outcome unrecorded
+    (so it is kept, ``OutcomeNotRecorded``) rather than been refused."""
+    if isinstance(exc, PayloadTooLarge):
+        return True
+    if isinstance(exc, UnexpectedResponse) and 200 <= exc.status < 300:
+        return True
+    return exc.status in RETRY_STATUSES
+
+
 class _Heartbeat:
     """Extends an attempt's lease from a daemon thread until stopped."""
 
-    def __init__(self, runner: Runner, context: AttemptContext) -> None:
+    def __init__(self, runner: Runner, context: AttemptContext, lease: _Lease | None = None):
         self.runner = runner
         self.context = context
+        self.lease = lease
         self._stop = threading.Event()
         self._thread = threading.Thread(
             target=self._run,
@@ -473,7 +496,7 @@ class _Heartbeat:
     def _run(self) -> None:
         plan = self.runner._beat_plan
         while not self._stop.wait(self.runner.heartbeat_every_s):
-            if not drive(plan(self.context), self.runner.client._perform):
+            if not drive(plan(self.context, self.lease), self.runner.client._perform):
                 return
 
     def stop(self) -> None:
@@ -553,15 +576,18 @@ class Runner(_RunnerCore):
         """The parallel tool calls of one model turn (1 to 50, of one run): one batch
         registration with inline claims, the claimed calls run in a thread pool of
         ``max_workers`` (default: one per call, at most 8; 1 runs them one after
-        another), each under its heartbeat until its outcome is recorded, then one batch
-        of outcomes. Each item of the answer, in order, is what ``execute`` returns for
+        another; a call waiting for a worker keeps its lease), each under its heartbeat
+        until its outcome is recorded, their outcomes posted in batches as the tools
+        return. Each item of the answer, in order, is what ``execute`` returns for
         that call, or the exception it would raise (``OutcomeNotRecorded`` keeps an
         outcome that could not be posted); a refusal of the whole registration raises.
-        The calls' tool functions may run at once in several threads."""
+        The calls' tool functions may run at once in several threads. Interrupted (a
+        ``BaseException``), it starts no further call, waits for those running and
+        posts the outcomes of every tool that returned before re-raising."""
         return _many.execute_many(self, calls, max_workers)
 
-    def _beating(self, context: AttemptContext) -> _Heartbeat:
-        heartbeat = _Heartbeat(self, context)
+    def _beating(self, context: AttemptContext, lease: _Lease | None = None) -> _Heartbeat:
+        heartbeat = _Heartbeat(self, context, lease)
         heartbeat.start()
         return heartbeat
 
@@ -663,13 +689,14 @@ class AsyncRunner(_RunnerCore):
 
     async def execute_many(self, calls: Sequence[ToolCall]) -> list[ToolCallResult | Exception]:
         """``Runner.execute_many``, awaited: the claimed calls run concurrently on the
-        event loop (``asyncio.gather``), each with its heartbeat task."""
+        event loop, each with its heartbeat task. Cancelled, it cancels the tools still
+        running and posts the outcomes of those that returned (shielded) first."""
         return await _many.aexecute_many(self, calls)
 
-    async def _beat(self, context: AttemptContext) -> None:
+    async def _beat(self, context: AttemptContext, lease: _Lease | None = None) -> None:
         while True:
             await asyncio.sleep(self.heartbeat_every_s)
-            if not await adrive(self._beat_plan(context), self.client._perform):
+            if not await adrive(self._beat_plan(context, lease), self.client._perform):
                 return
 
     async def _perform(self, effect: Any) -> Any:

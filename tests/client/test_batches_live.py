@@ -2,6 +2,10 @@
 ``post_outcomes`` (each item a ``BatchItem`` with the single call's answer or typed
 refusal) and ``execute_many`` (``Runner`` and ``AsyncRunner``), counted by request."""
 
+import asyncio
+import threading
+import time
+
 import pytest
 
 from effectgate_client import (
@@ -243,3 +247,189 @@ def test_an_unknown_outcome_in_a_batch_is_never_run_again(setup):
     again = _execute_many(setup, [_call(setup, 1, calls=crashing), _call(setup, 2, calls=fine)])
     assert [result.status for result in again] == ["outcome_unknown", "succeeded"]
     assert (len(crashing.contexts), len(fine.contexts)) == (1, 1)
+
+
+# --- size, interruptions, leases ------------------------------------------------------
+
+# An outcome of about 600 KB: accepted alone, two of them are over the server's 1 MiB.
+BIG = "x" * 600_000
+
+
+def test_post_outcomes_too_large_for_one_request_go_in_several(client):
+    run = client.create_run(principal="user:alice")["id"]
+    items = client.register_many(
+        run,
+        [
+            {"tool": "refund", "operation_key": f"b{n}", "arguments": _args(n), "claim_lease_s": 30}
+            for n in (1, 2)
+        ],
+    )
+    outcomes = [
+        {"operation": item.unwrap()["id"], "attempt": 1, "kind": "succeeded", "result": {"b": BIG}}
+        for item in items
+    ]
+    answers = client.post_outcomes(run, outcomes)
+    assert [item.status for item in answers] == [200, 200]
+    assert client.transport.sent.count(f"POST /api/v1/runs/{run}/outcomes") == 2
+    assert set(Operation.objects.values_list("status", flat=True)) == {"succeeded"}
+
+
+def test_a_batch_refused_as_too_large_is_sent_again_item_by_item(live_server):
+    from tests.conftest import make_runner
+
+    transport = LosingTransport()
+    # A client whose limit is above the server's: the server answers 413.
+    with EffectgateClient(
+        live_server.url, make_runner().token, transport=transport, max_batch_bytes=4 << 20
+    ) as client:
+        client.put_tool("refund", contract_never())
+        run = client.create_run(principal="user:alice")["id"]
+        items = client.register_many(
+            run,
+            [{"tool": "refund", "operation_key": f"b{n}", "arguments": _args(n)} for n in (1, 2)],
+        )
+        claimed = [client.claim(item.unwrap()["id"]) for item in items]
+        outcomes = [
+            {
+                "operation": item.unwrap()["id"],
+                "attempt": attempt["attempt"],
+                "kind": "succeeded",
+                "result": {"b": BIG},
+            }
+            for item, attempt in zip(items, claimed, strict=True)
+        ]
+        answers = client.post_outcomes(run, outcomes)
+    assert [item.status for item in answers] == [200, 200]
+    assert transport.sent.count(f"POST /api/v1/runs/{run}/outcomes") == 3
+    assert client.stats["batch_split_413"] == 1
+    assert set(Operation.objects.values_list("status", flat=True)) == {"succeeded"}
+
+
+def test_execute_many_records_outcomes_too_large_to_share_a_request(setup):
+    setup.tool("refund")
+    tools = [Calls(Succeeded(result={"blob": BIG}, downstream_id=f"re_{n}")) for n in range(2)]
+    results = _execute_many(setup, [_call(setup, n, calls=tools[n]) for n in range(2)])
+    assert [result.status for result in results] == ["succeeded", "succeeded"]
+    assert [len(tool.contexts) for tool in tools] == [1, 1]
+    assert set(Operation.objects.values_list("status", "downstream_id")) == {
+        ("succeeded", "re_0"),
+        ("succeeded", "re_1"),
+    }
+
+
+def _status_later(key, seconds, seen):
+    """A thread that notes the status of operation ``key`` after ``seconds``."""
+    from django.db import connections
+
+    def watch():
+        time.sleep(seconds)
+        try:
+            seen[key] = Operation.objects.get(operation_key=key).status
+        finally:
+            connections.close_all()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    return watcher
+
+
+def test_a_finished_calls_outcome_is_posted_before_the_slowest_tool_returns(setup):
+    setup.tool("refund")
+    fast = Calls(Succeeded(downstream_id="re_fast"))
+
+    if setup.loop is None:
+
+        def slow(ctx):
+            time.sleep(3)
+            return Succeeded(downstream_id="re_slow")
+    else:
+
+        async def slow(ctx):
+            await asyncio.sleep(3)
+            return Succeeded(downstream_id="re_slow")
+
+    seen = {}
+    watcher = _status_later("turn-1:1", 2, seen)
+    results = _execute_many(setup, [_call(setup, 1, calls=fast), _call(setup, 2, calls=slow)])
+    watcher.join()
+    assert [result.status for result in results] == ["succeeded", "succeeded"]
+    assert seen["turn-1:1"] == "succeeded"
+
+
+def test_cancelling_execute_many_posts_the_outcomes_of_the_tools_that_returned(make_setup):
+    setup = make_setup()
+    if setup.loop is None:
+        pytest.skip("a cancellation is asyncio's")
+    setup.tool("refund")
+    fast, started = Calls(Succeeded(downstream_id="re_fast")), []
+
+    async def slow(ctx):
+        started.append(ctx)
+        await asyncio.sleep(30)
+
+    calls = [_call(setup, 1, calls=fast), _call(setup, 2, calls=slow)]
+
+    async def main():
+        task = asyncio.ensure_future(setup.runner.execute_many(calls))
+        await asyncio.sleep(1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    setup.loop.run(main())
+    assert (len(fast.contexts), len(started)) == (1, 1)
+    ops = dict(Operation.objects.values_list("operation_key", "status"))
+    # The cancelled tool's outcome is left to its lease (unknown), as for execute.
+    assert ops == {"turn-1:1": "succeeded", "turn-1:2": "executing"}
+
+
+class _Interrupt(BaseException):
+    """What a KeyboardInterrupt is to a thread pool's worker."""
+
+
+def test_an_interrupted_execute_many_posts_the_outcomes_of_the_tools_that_ran(make_setup):
+    setup = make_setup()
+    if setup.loop is not None:
+        pytest.skip("an interruption of the thread pool")
+    setup.tool("refund")
+
+    def interrupted(ctx):
+        time.sleep(0.5)
+        raise _Interrupt
+
+    fast, later = Calls(Succeeded(downstream_id="re_fast")), Calls()
+
+    def slower(ctx):
+        time.sleep(1)
+        return later(ctx)
+
+    calls = [
+        _call(setup, 1, calls=fast),
+        _call(setup, 2, calls=interrupted),
+        _call(setup, 3, calls=slower),
+    ]
+    with pytest.raises(_Interrupt):
+        setup.runner.execute_many(calls, max_workers=3)
+    ops = dict(Operation.objects.values_list("operation_key", "status"))
+    # The tools that ran have their outcomes; the interrupted one is left to its lease.
+    assert ops == {"turn-1:1": "succeeded", "turn-1:2": "executing", "turn-1:3": "succeeded"}
+    assert (len(fast.contexts), len(later.contexts)) == (1, 1)
+
+
+def test_a_call_waiting_for_a_worker_keeps_its_lease_and_runs(make_setup):
+    setup = make_setup(lease_s=5, heartbeat_every_s=0.5)
+    if setup.loop is not None:
+        pytest.skip("the thread pool's queue")
+    setup.tool("refund")
+
+    def slow(ctx):
+        time.sleep(4.5)  # past the queued call's claim + lease - margin (4 s)
+        return Succeeded(downstream_id="re_slow")
+
+    queued = Calls(Succeeded(downstream_id="re_queued"))
+    results = setup.runner.execute_many(
+        [_call(setup, 1, calls=slow), _call(setup, 2, calls=queued)], max_workers=1
+    )
+    assert [result.status for result in results] == ["succeeded", "succeeded"]
+    assert len(queued.contexts) == 1
+    assert Operation.objects.get(operation_key="turn-1:2").attempts == 1

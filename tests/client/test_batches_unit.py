@@ -1,13 +1,26 @@
 """Batches without a server: items answered 429/5xx are repeated alone, a lost answer
-repeats the whole batch, and the gateway's coalescing sends concurrent calls together
-and a lone one at once."""
+repeats the whole batch, a batch is split by size and sent item by item after a 413,
+each item of an answer is checked, and the gateway's coalescing sends concurrent calls
+together and a lone one at once, each call failing only for itself."""
 
 import asyncio
 import json
 
 import httpx
+import pytest
 
-from effectgate_client import EffectgateClient, InternalError, InvalidArguments
+from effectgate_client import (
+    AsyncEffectgateClient,
+    AsyncRunner,
+    EffectgateClient,
+    InternalError,
+    InvalidArguments,
+    OutcomeNotRecorded,
+    PayloadTooLarge,
+    Runner,
+    StaleAttempt,
+    UnexpectedResponse,
+)
 from effectgate_client._effects import _PostOutcome, _Register
 from effectgate_client.integrations._mcp_batch import CoalescingRunner
 
@@ -88,18 +101,21 @@ class _FakeClient:
     def __init__(self):
         self.sent = []
         self.max_retry_wait_s = 60
+        self.max_batch_bytes = 512 * 1024
 
-    async def register_many(self, run, items):
+    def _register_many_plan(self, run, items):
         from effectgate_client import BatchItem
 
         self.sent.append(("register_many", run, [item["operation_key"] for item in items]))
         return [BatchItem(201, operation=_operation(item)) for item in items]
+        yield
 
-    async def post_outcomes(self, run, items):
+    def _post_outcomes_plan(self, run, items):
         from effectgate_client import BatchItem
 
         self.sent.append(("post_outcomes", run, [item["operation"] for item in items]))
         return [BatchItem(200, operation={"id": item["operation"]}) for item in items]
+        yield
 
     def _register_plan(self, fields):
         self.sent.append(("register", fields["run"], [fields["operation_key"]]))
@@ -141,3 +157,333 @@ def test_concurrent_registrations_of_a_run_share_a_batch_and_a_lone_one_goes_at_
         ("register", "run_2", ["d"]),
     ]
     assert alone < 1.0
+
+
+# --- size ------------------------------------------------------------------------------
+
+
+def _outcome(n, size=0):
+    return {"operation": f"op_{n}", "attempt": 1, "kind": "succeeded", "result": {"b": "x" * size}}
+
+
+def _answering(limit=None, seen=None):
+    """A handler answering each outcome 200 (413 above ``limit`` bytes), recording the
+    operations of each request."""
+
+    def handler(request):
+        if limit is not None and len(request.content) > limit:
+            return httpx.Response(413, json=_problem(413, "payload_too_large"))
+        items = json.loads(request.content)
+        if seen is not None:
+            seen.append([item["operation"] for item in items])
+        ops = [{"status": 200, "operation": {"id": item["operation"]}} for item in items]
+        return httpx.Response(200, json={"results": ops})
+
+    return handler
+
+
+def test_a_batch_is_split_by_its_encoded_size():
+    seen = []
+    client = EffectgateClient(
+        "http://eg.test",
+        "egr_x",
+        transport=httpx.MockTransport(_answering(seen=seen)),
+        max_batch_bytes=10_000,
+    )
+    sizes = [4000, 4000, 4000, 20_000, 10]
+    items = client.post_outcomes("run_1", [_outcome(n, size) for n, size in enumerate(sizes)])
+    # Two of 4 KB fit under 10 KB, the third starts a request; 20 KB goes alone.
+    assert seen == [["op_0", "op_1"], ["op_2"], ["op_3"], ["op_4"]]
+    assert [item.operation["id"] for item in items] == [f"op_{n}" for n in range(5)]
+
+
+def test_the_default_batch_limit_is_well_under_the_servers_1_mib():
+    client = EffectgateClient("http://eg.test", "egr_x")
+    assert client.max_batch_bytes == 512 * 1024
+
+
+def test_a_batch_refused_413_is_sent_item_by_item_and_an_item_too_large_alone_is_its_error():
+    seen = []
+    client = EffectgateClient(
+        "http://eg.test",
+        "egr_x",
+        transport=httpx.MockTransport(_answering(limit=50_000, seen=seen)),
+        max_batch_bytes=10 << 20,
+    )
+    items = client.post_outcomes(
+        "run_1", [_outcome(0, 30_000), _outcome(1, 30_000), _outcome(2, 60_000)]
+    )
+    assert seen == [["op_0"], ["op_1"]]
+    assert [item.status for item in items] == [200, 200, 413]
+    assert isinstance(items[2].error, PayloadTooLarge)
+    assert client.stats["batch_split_413"] == 1
+
+
+# --- the answer's items ----------------------------------------------------------------
+
+
+REGISTRATIONS = [{"tool": "t", "operation_key": key, "arguments": {}} for key in ("a", "b")]
+GOOD = {"status": 201, "operation": {"id": "op_b", "status": "ready"}}
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        "oops",
+        {"status": "201", "operation": {"id": "op_a"}},
+        {"status": True, "operation": {"id": "op_a"}},
+        {"status": 201},
+        {"status": 500},
+        {"status": 201, "operation": {"status": "ready"}},
+        {"status": 201, "operation": "op_a"},
+        {"status": 422, "problem": "nope"},
+        {"status": 201, "problem": _problem(422, "invalid_arguments")},
+        {"status": 422, "problem": _problem(422, "invalid_arguments"), "operation": {"id": "x"}},
+    ],
+)
+def test_an_unreadable_item_of_a_batch_answer_raises_unexpected_response(item):
+    client = EffectgateClient(
+        "http://eg.test",
+        "egr_x",
+        transport=httpx.MockTransport(
+            lambda request: httpx.Response(
+                200, json={"results": [item, GOOD]}, headers={"X-Request-Id": "req_h"}
+            )
+        ),
+    )
+    with pytest.raises(UnexpectedResponse) as raised:
+        client.register_many("run_1", REGISTRATIONS)
+    assert raised.value.request_id == "req_h"
+
+
+def _claiming(request):
+    """Registrations answered with their inline claims."""
+    attempt = {"attempt": 1, "idempotency_key": "ik", "lease_until": "2099-01-01T00:00:00Z"}
+    items = json.loads(request.content)
+    ops = [
+        {
+            "status": 201,
+            "operation": {
+                "id": f"op_{item['operation_key']}",
+                "run": "run_1",
+                "status": "executing",
+                "attempt": attempt,
+            },
+        }
+        for item in items
+    ]
+    return httpx.Response(200, json={"results": ops})
+
+
+def _calls(call):
+    return [
+        {"run": "run_1", "tool": "t", "operation_key": key, "arguments": {}, "call": call}
+        for key in ("a", "b")
+    ]
+
+
+def test_execute_many_raises_for_an_unreadable_registration_answer_and_calls_no_tool():
+    def handler(request):
+        return httpx.Response(200, json={"results": [{"status": 201}, {"status": 201}]})
+
+    called = []
+    runner = Runner(
+        EffectgateClient("http://eg.test", "egr_x", transport=httpx.MockTransport(handler)),
+        sleep=lambda s: None,
+    )
+    with pytest.raises(UnexpectedResponse):
+        runner.execute_many(_calls(called.append))
+    assert called == []
+
+
+def test_an_unreadable_outcome_batch_answer_keeps_each_outcome():
+    def handler(request):
+        if request.url.path.endswith("/operations"):
+            return _claiming(request)
+        assert request.url.path.endswith("/outcomes"), request.url.path
+        return httpx.Response(200, json={"results": [{"status": 200}, "junk"]})
+
+    async def tool(ctx):
+        return {"ok": 1}
+
+    async def scenario():
+        client = AsyncEffectgateClient(
+            "http://eg.test", "egr_x", transport=httpx.MockTransport(handler)
+        )
+        return await AsyncRunner(client, sleep=asyncio.sleep).execute_many(_calls(tool))
+
+    answers = asyncio.run(scenario())
+    assert all(isinstance(answer, OutcomeNotRecorded) for answer in answers)
+    assert [answer.outcome for answer in answers] == [
+        {"kind": "succeeded", "result": {"ok": 1}}
+    ] * 2
+    assert answers[0] is not answers[1]
+
+
+def test_a_refusal_answering_a_repeat_of_the_whole_batch_is_marked_repeated():
+    tries = []
+
+    def handler(request):
+        tries.append(request)
+        if len(tries) == 1:  # recorded, and the answer lost
+            raise httpx.ReadError("lost", request=request)
+        problem = {"status": 409, "problem": _problem(409, "stale_attempt")}
+        return httpx.Response(200, json={"results": [problem]})
+
+    client = EffectgateClient(
+        "http://eg.test", "egr_x", transport=httpx.MockTransport(handler), sleep=lambda s: None
+    )
+    (item,) = client.post_outcomes("run_1", [_outcome(1)])
+    assert len(tries) == 2
+    assert isinstance(item.error, StaleAttempt)
+    assert item.error.repeated
+
+
+# --- the gateway's coalescing -----------------------------------------------------------
+
+
+def _coalescing(handler, window_s, **options):
+    client = AsyncEffectgateClient(
+        "http://eg.test", "egr_x", transport=httpx.MockTransport(handler)
+    )
+    return CoalescingRunner(client, window_s=window_s, sleep=asyncio.sleep, **options)
+
+
+def _registered(request):
+    """Registrations (one, or a batch) answered ``rejected``, with no claim."""
+    body = json.loads(request.content)
+    items = body if isinstance(body, list) else [body]
+    ops = [{"id": f"op_{b['operation_key']}", "run": "run_1", "status": "rejected"} for b in items]
+    if isinstance(body, list):
+        return httpx.Response(200, json={"results": [{"status": 201, "operation": o} for o in ops]})
+    return httpx.Response(201, json=ops[0])
+
+
+def test_a_call_cancelled_while_queued_is_not_sent():
+    sent = []
+
+    def handler(request):
+        sent.append(request)
+        return _registered(request)
+
+    async def scenario():
+        runner = _coalescing(handler, window_s=0.2)
+        task = asyncio.create_task(
+            runner.execute(run="run_1", tool="t", operation_key="k1", arguments={}, call=None)
+        )
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.3)
+        return runner
+
+    runner = asyncio.run(scenario())
+    assert sent == []
+    assert runner._queues == {}
+
+
+def test_one_large_call_does_not_fail_the_calls_it_is_queued_with():
+    seen = []
+
+    def handler(request):
+        if len(request.content) > 1024 * 1024:
+            return httpx.Response(413, json=_problem(413, "payload_too_large"))
+        seen.append(request.url.path)
+        if request.url.path.endswith("/tool-result"):
+            return httpx.Response(200, json={"status": "rejected"})
+        return _registered(request)
+
+    async def scenario():
+        runner = _coalescing(handler, window_s=0.05)
+
+        async def one(n, size):
+            try:
+                await runner.execute(
+                    run="run_1",
+                    tool="t",
+                    operation_key=f"k{n}",
+                    arguments={"blob": "x" * size},
+                    call=None,
+                )
+                return "ok"
+            except Exception as exc:
+                return type(exc).__name__
+
+        answers = await asyncio.gather(
+            one(1, 600_000), one(2, 600_000), one(3, 10), one(4, 2 << 20)
+        )
+        return answers, runner
+
+    answers, runner = asyncio.run(scenario())
+    # Each as execute alone: the first three registered, the one over 1 MiB refused.
+    assert answers == ["ok", "ok", "ok", "PayloadTooLarge"]
+    assert runner._queues == {}
+
+
+def test_an_invalid_call_is_refused_alone_and_a_failed_request_gives_each_its_own_error():
+    sent = []
+
+    def handler(request):
+        sent.append(request)
+        return httpx.Response(503, json=_problem(503, "internal_error"))
+
+    async def scenario():
+        runner = _coalescing(handler, window_s=0.05)
+        client = runner.client
+        client.max_retries = 0
+
+        async def one(key):
+            try:
+                await runner.execute(
+                    run="run_1", tool="t", operation_key=key, arguments={}, call=None
+                )
+            except Exception as exc:
+                return exc
+
+        return await asyncio.gather(one("a"), one(""), one("b"))
+
+    first, invalid, second = asyncio.run(scenario())
+    assert isinstance(invalid, ValueError)
+    assert isinstance(first, InternalError)
+    assert isinstance(second, InternalError)
+    assert first is not second
+    # The valid two went in one batch request.
+    assert len(sent) == 1
+    assert len(json.loads(sent[0].content)) == 2
+
+
+def test_an_outcome_waiting_in_its_queue_keeps_the_lease():
+    sent = []
+
+    async def handler(request):
+        path = request.url.path
+        sent.append(path)
+        if path.endswith("/operations"):
+            body = json.loads(request.content)
+            attempt = {"attempt": 1, "idempotency_key": "ik", "lease_until": "z"}
+            op = {"id": "op_a", "run": "run_1", "status": "executing", "attempt": attempt}
+            return httpx.Response(201, json={**op, "operation_key": body["operation_key"]})
+        if path.endswith("/heartbeat"):
+            return httpx.Response(200, json={"lease_until": "z"})
+        if path.endswith("/outcome"):
+            done = {"id": "op_a", "run": "run_1", "status": "succeeded"}
+            return httpx.Response(200, json={**done, "tool_result": {"status": "succeeded"}})
+        raise AssertionError(path)
+
+    async def scenario():
+        runner = _coalescing(handler, window_s=0, heartbeat_every_s=0.05)
+        outcome_queue = runner._queue("outcome", "run_1")
+        outcome_queue.window_s = 0.3  # the outcome's batch waits this long
+
+        async def tool(ctx):
+            return {"ok": 1}
+
+        return await runner.execute(
+            run="run_1", tool="t", operation_key="a", arguments={}, call=tool
+        )
+
+    result = asyncio.run(scenario())
+    assert result.status == "succeeded"
+    outcome = sent.index("/api/v1/operations/op_a/attempts/1/outcome")
+    assert "/api/v1/operations/op_a/attempts/1/heartbeat" in sent[:outcome]
