@@ -17,8 +17,8 @@ from ._wire import _outcome_bodies, _register_body
 from .answers import Operation
 
 if TYPE_CHECKING:
+    from ._core import _ClientCore
     from ._wire import RegisterFields
-    from .client import _ClientCore
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from ._wire import BATCH_MAX_ITEMS, _chunks
 from .errors import UnexpectedResponse
 
 if TYPE_CHECKING:
-    from .client import _ClientCore
+    from ._core import _ClientCore
     from .runner import AsyncRunner, Runner, ToolCallResult, _RunnerCore
 
 # A sync ``execute_many`` runs at most this many tool calls at once by default.

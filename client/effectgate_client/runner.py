@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any, Required, TypedDict, Unpack, cast
 
 from . import _many
+from ._core import RETRY_STATUSES, _ClientCore
 from ._effects import AttemptContext, _Await, _Hold, _Invoke, _Lease, _PostOutcome, _Register
 from ._plan import Plan, adrive, drive, resolved
 from ._values import (
@@ -61,7 +62,7 @@ from ._values import (
     exception_detail,
 )
 from .answers import Attempt, Operation, RegisteredOperation, ToolResult
-from .client import RETRY_STATUSES, AsyncEffectgateClient, EffectgateClient, _ClientCore
+from .client import AsyncEffectgateClient, EffectgateClient
 from .errors import (
     ApprovalRequired,
     AttemptInProgress,

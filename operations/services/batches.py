@@ -41,13 +41,10 @@ from ..machine import Status
 from ..models import Operation, Run, Runner
 from . import policies, shadow
 from .core import Actor
+from .intents import _check_run_budgets, _context, _Intent, _intent
 from .outcomes import attempt_record_outcome, attempts_lock, outcome_body, outcome_record_locked
 from .registration import (
     Registration,
-    _check_run_budgets,
-    _context,
-    _Intent,
-    _intent,
     _lean,
     lean_rows,
     operation_build,
