@@ -24,8 +24,9 @@ Protocol refusals (409, 403, 422...) are never repeated here: they are answers, 
 as the typed exceptions of ``effectgate_client.errors``.
 
 ``AsyncEffectgateClient`` has the same methods, awaited, over ``httpx.AsyncClient``.
-Both run the same plans (``_core``, driven by ``_plan``): which answers are repeated, how long to wait,
-what a repeat's refusal means, how each body is built. Only the waiting differs.
+Both run the same plans (``_core``, driven by ``_plan``): which answers are repeated,
+how long to wait, what a repeat's refusal means, how each body is built. Only the
+waiting differs.
 """
 
 from __future__ import annotations
