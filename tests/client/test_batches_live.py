@@ -356,10 +356,9 @@ def test_a_finished_calls_outcome_is_posted_before_the_slowest_tool_returns(setu
     assert seen["turn-1:1"] == "succeeded"
 
 
+@pytest.mark.parametrize("make_setup", ["async"], indirect=True)  # a cancellation is asyncio's
 def test_cancelling_execute_many_posts_the_outcomes_of_the_tools_that_returned(make_setup):
     setup = make_setup()
-    if setup.loop is None:
-        pytest.skip("a cancellation is asyncio's")
     setup.tool("refund")
     fast, started = Calls(Succeeded(downstream_id="re_fast")), []
 
@@ -387,10 +386,9 @@ class _Interrupt(BaseException):
     """What a KeyboardInterrupt is to a thread pool's worker."""
 
 
+@pytest.mark.parametrize("make_setup", ["sync"], indirect=True)  # the thread pool's
 def test_an_interrupted_execute_many_posts_the_outcomes_of_the_tools_that_ran(make_setup):
     setup = make_setup()
-    if setup.loop is not None:
-        pytest.skip("an interruption of the thread pool")
     setup.tool("refund")
 
     def interrupted(ctx):
@@ -416,10 +414,9 @@ def test_an_interrupted_execute_many_posts_the_outcomes_of_the_tools_that_ran(ma
     assert (len(fast.contexts), len(later.contexts)) == (1, 1)
 
 
+@pytest.mark.parametrize("make_setup", ["sync"], indirect=True)  # the thread pool's queue
 def test_a_call_waiting_for_a_worker_keeps_its_lease_and_runs(make_setup):
     setup = make_setup(lease_s=5, heartbeat_every_s=0.5)
-    if setup.loop is not None:
-        pytest.skip("the thread pool's queue")
     setup.tool("refund")
 
     def slow(ctx):

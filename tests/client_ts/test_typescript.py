@@ -275,8 +275,13 @@ class Approver:
                     runner=self.runner, status="awaiting_approval"
                 ).exclude(id__in=self.decided)
                 for op in waiting:
-                    if not op.tool_id.startswith("ts_pending"):
-                        self._decide(op)
+                    if op.tool_id.startswith("ts_pending"):
+                        continue
+                    if op.tool_id.startswith("ts_hook") and not self.handoff.exists():
+                        # Not before the runner's waiter read it waiting: the webhook
+                        # must be what wakes it (test/approval.test.ts).
+                        continue
+                    self._decide(op)
         except BaseException as exc:
             self.errors.append(exc)
         finally:

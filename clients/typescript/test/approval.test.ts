@@ -112,9 +112,18 @@ test("a webhook waiter: the signed approval.decided delivery wakes the runner", 
   });
   await new Promise<void>((resolve) => receiver.listen(0, "127.0.0.1", resolve));
   const { port } = receiver.address() as AddressInfo;
-  writeFileSync(handoff, JSON.stringify({ url: `http://127.0.0.1:${port}/hooks/effectgate` }));
+  const url = `http://127.0.0.1:${port}/hooks/effectgate`;
   try {
     const { client, tool, run } = await setup("ts_hook");
+    // pytest decides only once the waiter has read the operation still waiting (the
+    // handoff file appears then): the decision cannot land before that first read, so
+    // the delivery is what wakes the waiter, whatever the machine's load.
+    const getOperation = client.getOperation.bind(client);
+    client.getOperation = async (id: string) => {
+      const operation = await getOperation(id);
+      if (operation.status === "awaiting_approval") writeFileSync(handoff, JSON.stringify({ url }));
+      return operation;
+    };
     const runner = new Runner(client, { waiter, waitS: 120 });
     const provider = refunds();
     const result = await runner.execute({ run, tool, operationKey: "h-1", arguments: ARGS, call: provider.call });
