@@ -46,7 +46,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +54,7 @@ from typing import Any, Required, TypedDict, Unpack, cast
 from . import _many
 from ._core import RETRY_STATUSES, _ClientCore
 from ._effects import AttemptContext, _Await, _Hold, _Invoke, _Lease, _PostOutcome, _Register
+from ._heartbeat import _Heartbeat
 from ._plan import Plan, adrive, drive, resolved
 from ._values import (
     _travels,
@@ -475,35 +475,6 @@ def _not_recorded(exc: UnexpectedResponse | ProblemError) -> bool:
     if isinstance(exc, UnexpectedResponse) and 200 <= exc.status < 300:
         return True
     return exc.status in RETRY_STATUSES
-
-
-class _Heartbeat:
-    """Extends an attempt's lease from a daemon thread until stopped."""
-
-    def __init__(self, runner: Runner, context: AttemptContext, lease: _Lease | None = None):
-        self.runner = runner
-        self.context = context
-        self.lease = lease
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run,
-            name=f"heartbeat-{context.operation_id}-{context.attempt}",
-            daemon=True,
-        )
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        plan = self.runner._beat_plan
-        while not self._stop.wait(self.runner.heartbeat_every_s):
-            if not drive(plan(self.context, self.lease), self.runner.client._perform):
-                return
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(timeout=self.runner.heartbeat_every_s + 1)
 
 
 class Runner(_RunnerCore):
