@@ -315,7 +315,7 @@ class Servers:
 
         def call(client: httpx.Client) -> int:
             barrier.wait()
-            return client.get(path, headers=headers).status_code
+            return get(client, path, headers).status_code
 
         with ThreadPoolExecutor(len(self.clients)) as pool:
             return list(pool.map(call, self.clients))
@@ -332,7 +332,24 @@ class Servers:
                 process.kill()
                 process.wait(timeout=5)
         for log in self.logs:
-            assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+            text = log.read_text()
+            assert "Traceback" not in text, text[-3000:]
+            # One worker per process for the whole module: none died or was restarted,
+            # so no connection a test saw dropped was a crash.
+            assert text.count("Booting worker") == 1, text[-3000:]
+            assert "WORKER TIMEOUT" not in text, text[-3000:]
+
+
+def get(client: httpx.Client, path: str, headers: dict[str, str]) -> httpx.Response:
+    """A GET, sent again once on a fresh connection when the server closed the kept-alive
+    one without an answer. gunicorn's gthread worker does that now and then under load
+    (its keep-alive bookkeeping races with a request arriving: gunicorn issues 1698 and
+    2676); it failed CI once. Browsers and urllib3 resend idempotent requests the same
+    way; `stop` checks that no worker died, so a drop is never a crash hidden."""
+    try:
+        return client.get(path, headers=headers)
+    except httpx.RemoteProtocolError:
+        return client.get(path, headers=headers)
 
 
 @pytest.fixture(scope="module")
@@ -446,7 +463,13 @@ def test_no_request_started_after_the_revocation_committed_is_served(servers):
     def keep_asking(client: httpx.Client) -> None:
         while not stop.is_set():
             started = time.monotonic()
-            status = client.get("/api/v1/tools", headers=headers).status_code
+            try:
+                status = client.get("/api/v1/tools", headers=headers).status_code
+            except httpx.RemoteProtocolError:
+                # A kept-alive connection closed as it was reused (see `get`): this
+                # request was never answered, so it says nothing; the next is timed
+                # from its own start.
+                continue
             with lock:
                 answers.append((started, status))
 
