@@ -45,6 +45,7 @@ from .answers import (
 from .errors import (
     ContractNotActive,
     ContractNotActiveWarning,
+    EffectgateError,
     NotCompensating,
     NotUnknown,
     PayloadTooLarge,
@@ -52,6 +53,7 @@ from .errors import (
     TransportError,
     UnexpectedResponse,
     inactive_contract_message,
+    own_copy,
     problem_from_body,
     problem_from_response,
     request_id_of,
@@ -264,9 +266,12 @@ class _ClientCore:
         """The items of a batch in requests of at most ``max_batch_bytes`` (encoded) and
         50 items; a request Effectgate refuses as too large (413) is sent again item by
         item, and an item too large alone is answered ``PayloadTooLarge``. The items in
-        order; the refusal of a whole request (not 413) raises."""
+        order. The refusal or failure of the first request raises (nothing of the batch
+        was answered); that of a later one is the error of each of its items (a copy of
+        its own; ``status`` 0 when no answer came), so the items answered before it are
+        never lost."""
         items: list[BatchItem[Any] | None] = [None] * len(bodies)
-        for chunk in _chunks(bodies, self.max_batch_bytes):
+        for number, chunk in enumerate(_chunks(bodies, self.max_batch_bytes)):
             try:
                 answered = yield from self._batch_request_plan(path, [bodies[i] for i in chunk])
             except PayloadTooLarge as exc:
@@ -277,6 +282,12 @@ class _ClientCore:
                     answered = []
                     for i in chunk:
                         answered += yield from self._batch_plan(path, [bodies[i]])
+            except EffectgateError as exc:
+                if number == 0:
+                    raise
+                self.stats["batch_requests_failed"] += 1
+                status = exc.status if isinstance(exc, ProblemError | UnexpectedResponse) else 0
+                answered = [BatchItem(status, error=own_copy(exc)) for _ in chunk]
             for index, item in zip(chunk, answered, strict=True):
                 items[index] = item
         return [item for item in items if item is not None]
@@ -301,7 +312,7 @@ class _ClientCore:
             again: list[int] = []
             for index, result in zip(todo, results, strict=True):
                 item = _batch_item(path, result, answer.request_id)
-                if item.error is not None:
+                if isinstance(item.error, ProblemError):
                     # Repeated if this item, or the whole batch, was sent before.
                     item.error.repeated = retry > 0 or answer.repeated
                     if item.status in RETRY_STATUSES and retry < self.max_retries:

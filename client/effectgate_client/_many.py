@@ -19,8 +19,11 @@ one model turn in few batch requests (api.md, Batches).
 So each call gets what ``execute`` gives it, decided by the same code; a refusal that
 ``execute`` raises (an invalid argument, an exhausted budget, an outcome that could not
 be recorded: ``OutcomeNotRecorded`` keeps it) is that call's item of the answer, as
-``asyncio.gather(..., return_exceptions=True)`` would give it. Only a refusal of the
-whole registration request raises, before any tool ran.
+``asyncio.gather(..., return_exceptions=True)`` would give it; so is a call ``execute``
+would refuse before sending (no operation key, arguments that are not JSON), and, when
+the calls are split into several registration requests, the refusal or failure of a
+later request for each of its calls. Only a refusal of the first registration request
+raises, before any tool ran.
 
 An interruption (``AsyncRunner``: a cancellation; ``Runner``: a ``BaseException`` such
 as ``KeyboardInterrupt``) still posts the outcome of every tool that returned before it
@@ -32,6 +35,7 @@ running, whose outcomes it posts too.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -39,8 +43,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._effects import AttemptContext, _Invoke, _Lease, _PostOutcome, _Register
 from ._plan import Paused, Plan, adrive, adrive_until, drive, drive_until
-from ._wire import BATCH_MAX_ITEMS, _chunks
-from .errors import UnexpectedResponse
+from ._wire import BATCH_MAX_ITEMS, _chunks, _register_many_bodies
+from .errors import UnexpectedResponse, own_copy
 
 if TYPE_CHECKING:
     from ._core import _ClientCore
@@ -68,18 +72,6 @@ def _is_outcome(effect: Any) -> bool:
     return isinstance(effect, _PostOutcome)
 
 
-def own_copy(exc: Exception) -> Exception:
-    """A copy of ``exc`` (its class, attributes and cause, not its traceback): each
-    caller that meets one request's failure gets an exception of its own."""
-    try:
-        copy = type(exc).__new__(type(exc), *exc.args)
-        copy.__dict__.update(exc.__dict__)
-    except (TypeError, AttributeError):  # an exception that cannot be copied so
-        return exc
-    copy.__cause__, copy.__context__ = exc.__cause__, exc.__context__
-    return copy
-
-
 def start_plan(runner: _RunnerCore, calls: Sequence[Any]) -> Plan[list[_Start]]:
     if not 1 <= len(calls) <= BATCH_MAX_ITEMS:
         raise ValueError(f"execute_many takes 1 to {BATCH_MAX_ITEMS} calls, not {len(calls)}")
@@ -88,21 +80,24 @@ def start_plan(runner: _RunnerCore, calls: Sequence[Any]) -> Plan[list[_Start]]:
         raise ValueError("the calls of one execute_many must be of one run")
     client: _ClientCore = runner.client
     started = runner.clock()
-    registrations = [
-        {
-            "tool": call["tool"],
-            "operation_key": call["operation_key"],
-            "arguments": call["arguments"],
-            "call_id": call.get("call_id"),
-            "turn": call.get("turn"),
-            "approval": call.get("approval"),
-            "claim_lease_s": runner.lease_s,
-        }
-        for call in calls
-    ]
-    items = yield from client._register_many_plan(runs.pop(), registrations)
+    run = runs.pop()
+    # Each call's request body on its own: a call ``execute`` would refuse before
+    # sending (no operation key, arguments that are not JSON) is refused alone, and the
+    # others go.
+    bodies: list[dict[str, Any] | Exception] = []
+    for call in calls:
+        try:
+            bodies.append(_registration_body(run, call, runner.lease_s))
+        except (KeyError, TypeError, ValueError) as exc:
+            bodies.append(exc)
+    valid = [body for body in bodies if not isinstance(body, Exception)]
+    answered = iter((yield from client._batch_plan("/operations", valid)) if valid else [])
     starts = []
-    for call, item in zip(calls, items, strict=True):
+    for call, body in zip(calls, bodies, strict=True):
+        if isinstance(body, Exception):
+            starts.append(_Start(error=body))
+            continue
+        item = next(answered)
         if item.error is not None or item.operation is None:
             starts.append(_Start(error=item.error or UnexpectedResponse(item.status, "no item")))
             continue
@@ -130,6 +125,23 @@ def start_plan(runner: _RunnerCore, calls: Sequence[Any]) -> Plan[list[_Start]]:
         )
         starts.append(_Start(plan=plan, context=context, lease=lease))
     return starts
+
+
+def _registration_body(run: str, call: Any, lease_s: int) -> dict[str, Any]:
+    """The body ``register_many`` sends for one call, checked as ``httpx`` would encode
+    it (``TypeError`` or ``ValueError`` for arguments that are not JSON)."""
+    registration = {
+        "tool": call["tool"],
+        "operation_key": call["operation_key"],
+        "arguments": call["arguments"],
+        "call_id": call.get("call_id"),
+        "turn": call.get("turn"),
+        "approval": call.get("approval"),
+        "claim_lease_s": lease_s,
+    }
+    (body,) = _register_many_bodies(run, [registration])
+    json.dumps(body, allow_nan=False)
+    return body
 
 
 def batch_plan(

@@ -15,7 +15,7 @@ from urllib.parse import quote
 import httpx
 
 from .answers import Budgets, OutcomeBody
-from .errors import ProblemError, UnexpectedResponse, request_id_of
+from .errors import EffectgateError, UnexpectedResponse, request_id_of
 
 API_PREFIX = "/api/v1"
 # Items per batch request (api.md, Batches).
@@ -134,11 +134,13 @@ class BatchItem(Generic[A]):
     """One item's answer in a batch, in the request's order: its HTTP ``status`` and
     either the ``operation`` (what the single call answers) or the ``error`` (the typed
     ``ProblemError`` the single call raises for that problem, with the batch request's
-    ``request_id``)."""
+    ``request_id``; or, for the items of a later request of a split batch that was
+    refused or not answered, what that request raised: ``status`` 0 when no answer
+    came)."""
 
     status: int
     operation: A | None = None
-    error: ProblemError | None = None
+    error: EffectgateError | None = None
 
     @property
     def ok(self) -> bool:

@@ -20,7 +20,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 import httpx
 
@@ -535,3 +535,18 @@ def problem_from_body(
             retry_after_ms = int(value)
     cls = ProblemError.registry.get(str(body.get("code")), ProblemError)
     return cls(body, status=status, retry_after_ms=retry_after_ms, request_id=request_id)
+
+
+_E = TypeVar("_E", bound=Exception)
+
+
+def own_copy(exc: _E) -> _E:
+    """A copy of ``exc`` (its class, attributes and cause, not its traceback): each
+    caller that meets one request's failure gets an exception of its own."""
+    try:
+        copy = type(exc).__new__(type(exc), *exc.args)
+        copy.__dict__.update(exc.__dict__)
+    except (TypeError, AttributeError):  # an exception that cannot be copied so
+        return exc
+    copy.__cause__, copy.__context__ = exc.__cause__, exc.__context__
+    return copy

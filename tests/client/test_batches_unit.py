@@ -19,6 +19,7 @@ from effectgate_client import (
     PayloadTooLarge,
     Runner,
     StaleAttempt,
+    TransportError,
     UnexpectedResponse,
 )
 from effectgate_client._effects import _PostOutcome, _Register
@@ -487,3 +488,204 @@ def test_an_outcome_waiting_in_its_queue_keeps_the_lease():
     assert result.status == "succeeded"
     outcome = sent.index("/api/v1/operations/op_a/attempts/1/outcome")
     assert "/api/v1/operations/op_a/attempts/1/heartbeat" in sent[:outcome]
+
+
+# --- a split batch whose later request fails ------------------------------------------
+
+
+def _failing_after(first_requests, seen):
+    """A handler answering each registration 201 with its inline claim for the first
+    ``first_requests`` requests, then refusing the connection."""
+
+    def handler(request):
+        seen.append([item["operation_key"] for item in json.loads(request.content)])
+        if len(seen) > first_requests:
+            raise httpx.ConnectError("refused", request=request)
+        return _claiming(request)
+
+    return handler
+
+
+def _large(key):
+    return {"tool": "t", "operation_key": key, "arguments": {"pad": "x" * 4000}}
+
+
+def test_a_later_request_of_a_split_batch_that_fails_is_the_error_of_its_items():
+    seen = []
+    client = EffectgateClient(
+        "http://eg.test",
+        "egr_x",
+        transport=httpx.MockTransport(_failing_after(1, seen)),
+        max_batch_bytes=10_000,
+        max_retries=0,
+    )
+    items = client.register_many("run_1", [_large(key) for key in "abcd"])
+    # Two per request; the second request's connection was refused.
+    assert seen == [["a", "b"], ["c", "d"]]
+    assert [item.operation["id"] for item in items[:2]] == ["op_a", "op_b"]
+    assert [item.status for item in items] == [201, 201, 0, 0]
+    assert all(isinstance(item.error, TransportError) for item in items[2:])
+    assert items[2].error is not items[3].error
+    with pytest.raises(TransportError):
+        items[2].unwrap()
+    assert client.stats["batch_requests_failed"] == 1
+
+
+def test_the_first_request_of_a_split_batch_that_fails_raises():
+    seen = []
+    client = EffectgateClient(
+        "http://eg.test",
+        "egr_x",
+        transport=httpx.MockTransport(_failing_after(0, seen)),
+        max_batch_bytes=10_000,
+        max_retries=0,
+    )
+    with pytest.raises(TransportError):
+        client.register_many("run_1", [_large(key) for key in "abcd"])
+    # Nothing was answered: the rest is not sent.
+    assert seen == [["a", "b"]]
+
+
+def _done(operation_id):
+    return {
+        "id": operation_id,
+        "run": "run_1",
+        "status": "succeeded",
+        "tool_result": {"status": "succeeded"},
+    }
+
+
+def _outcomes_answered(request):
+    """Outcomes answered as recorded, with their tool-result envelopes: the single call
+    (``/outcome``) and the batch (``/outcomes``)."""
+    if request.url.path.endswith("/outcome"):
+        return httpx.Response(200, json=_done(request.url.path.split("/")[-4]))
+    ops = [
+        {"status": 200, "operation": _done(item["operation"])}
+        for item in json.loads(request.content)
+    ]
+    return httpx.Response(200, json={"results": ops})
+
+
+def _split_then_failing(seen):
+    """Registrations: the first request answered with inline claims, the second's
+    connection refused; outcomes answered."""
+
+    def handler(request):
+        if request.url.path.endswith(("/outcomes", "/outcome")):
+            return _outcomes_answered(request)
+        seen.append([item["operation_key"] for item in json.loads(request.content)])
+        if len(seen) > 1:
+            raise httpx.ConnectError("refused", request=request)
+        return _claiming(request)
+
+    return handler
+
+
+def _large_calls(call):
+    return [
+        {
+            "run": "run_1",
+            "tool": "t",
+            "operation_key": key,
+            "arguments": {"pad": "x" * 4000},
+            "call": call,
+        }
+        for key in "abcd"
+    ]
+
+
+def test_execute_many_runs_the_calls_registered_before_a_later_request_failed():
+    seen, called = [], []
+    client = EffectgateClient(
+        "http://eg.test",
+        "egr_x",
+        transport=httpx.MockTransport(_split_then_failing(seen)),
+        max_batch_bytes=10_000,
+        max_retries=0,
+    )
+    answers = Runner(client, sleep=lambda s: None).execute_many(
+        _large_calls(lambda ctx: called.append(ctx.operation_id) or {"ok": True})
+    )
+    assert seen == [["a", "b"], ["c", "d"]]
+    assert sorted(called) == ["op_a", "op_b"]
+    assert [answer.status for answer in answers[:2]] == ["succeeded", "succeeded"]
+    assert all(isinstance(answer, TransportError) for answer in answers[2:])
+
+
+def test_async_execute_many_runs_the_calls_registered_before_a_later_request_failed():
+    seen, called = [], []
+
+    async def scenario():
+        client = AsyncEffectgateClient(
+            "http://eg.test",
+            "egr_x",
+            transport=httpx.MockTransport(_split_then_failing(seen)),
+            max_batch_bytes=10_000,
+            max_retries=0,
+        )
+
+        async def call(ctx):
+            called.append(ctx.operation_id)
+            return {"ok": True}
+
+        async with client:
+            return await AsyncRunner(client).execute_many(_large_calls(call))
+
+    answers = asyncio.run(scenario())
+    assert sorted(called) == ["op_a", "op_b"]
+    assert [answer.status for answer in answers[:2]] == ["succeeded", "succeeded"]
+    assert all(isinstance(answer, TransportError) for answer in answers[2:])
+
+
+# --- an invalid call among valid ones --------------------------------------------------
+
+
+def _invalid_among_valid(call):
+    good = _calls(call)
+    return [
+        good[0],
+        {**good[0], "operation_key": ""},  # execute refuses it: no operation key
+        {**good[0], "operation_key": "nan", "arguments": {"x": float("nan")}},  # not JSON
+        {**good[0], "operation_key": "obj", "arguments": {"x": object()}},  # not JSON
+        good[1],
+    ]
+
+
+def test_execute_many_refuses_an_invalid_call_alone_and_sends_the_others():
+    sent, called = [], []
+
+    def handler(request):
+        if request.url.path.endswith(("/outcomes", "/outcome")):
+            return _outcomes_answered(request)
+        sent.append([item["operation_key"] for item in json.loads(request.content)])
+        return _claiming(request)
+
+    runner = Runner(
+        EffectgateClient("http://eg.test", "egr_x", transport=httpx.MockTransport(handler)),
+        sleep=lambda s: None,
+    )
+    answers = runner.execute_many(
+        _invalid_among_valid(lambda ctx: called.append(ctx.operation_id) or {"ok": True})
+    )
+    assert sent == [["a", "b"]]
+    assert sorted(called) == ["op_a", "op_b"]
+    assert answers[0].status == answers[4].status == "succeeded"
+    assert isinstance(answers[1], ValueError)
+    assert isinstance(answers[2], ValueError)
+    assert isinstance(answers[3], TypeError)
+
+
+def test_async_execute_many_of_invalid_calls_only_sends_nothing():
+    def handler(request):
+        raise AssertionError(f"sent {request.url}")
+
+    async def scenario():
+        client = AsyncEffectgateClient(
+            "http://eg.test", "egr_x", transport=httpx.MockTransport(handler)
+        )
+        async with client:
+            return await AsyncRunner(client).execute_many(_invalid_among_valid(None)[1:4])
+
+    answers = asyncio.run(scenario())
+    assert [type(answer) for answer in answers] == [ValueError, ValueError, TypeError]

@@ -22,10 +22,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .._effects import AttemptContext, _PostOutcome, _Register
-from .._many import batch_plan, own_copy
+from .._many import batch_plan
 from .._plan import adrive
 from .._wire import BATCH_MAX_ITEMS
 from ..client import AsyncEffectgateClient
+from ..errors import own_copy
 from ..runner import AsyncRunner
 
 DEFAULT_WINDOW_S = 0.002
