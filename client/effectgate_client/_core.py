@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import random
 import warnings
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, TypeVar
@@ -266,29 +266,31 @@ class _ClientCore:
         """The items of a batch in requests of at most ``max_batch_bytes`` (encoded) and
         50 items; a request Effectgate refuses as too large (413) is sent again item by
         item, and an item too large alone is answered ``PayloadTooLarge``. The items in
-        order. The refusal or failure of the first request raises (nothing of the batch
-        was answered); that of a later one is the error of each of its items (a copy of
-        its own; ``status`` 0 when no answer came), so the items answered before it are
-        never lost."""
+        order. A refusal or failure raises while no item of the batch has been answered;
+        after that, a request's refusal or failure is the error of each of its items (a
+        copy of its own; ``status`` 0 when no answer came), so the items answered before
+        it are never lost."""
         items: list[BatchItem[Any] | None] = [None] * len(bodies)
-        for number, chunk in enumerate(_chunks(bodies, self.max_batch_bytes)):
+        groups = deque(_chunks(bodies, self.max_batch_bytes))
+        answered_any = False
+        while groups:
+            group = groups.popleft()
             try:
-                answered = yield from self._batch_request_plan(path, [bodies[i] for i in chunk])
+                answered = yield from self._batch_request_plan(path, [bodies[i] for i in group])
             except PayloadTooLarge as exc:
-                if len(chunk) == 1:
-                    answered = [BatchItem(exc.status, error=exc)]
-                else:
+                if len(group) > 1:
                     self.stats["batch_split_413"] += 1
-                    answered = []
-                    for i in chunk:
-                        answered += yield from self._batch_plan(path, [bodies[i]])
+                    groups.extendleft([i] for i in reversed(group))
+                    continue
+                answered = [BatchItem(exc.status, error=exc)]
             except EffectgateError as exc:
-                if number == 0:
+                if not answered_any:
                     raise
                 self.stats["batch_requests_failed"] += 1
                 status = exc.status if isinstance(exc, ProblemError | UnexpectedResponse) else 0
-                answered = [BatchItem(status, error=own_copy(exc)) for _ in chunk]
-            for index, item in zip(chunk, answered, strict=True):
+                answered = [BatchItem(status, error=own_copy(exc)) for _ in group]
+            answered_any = True
+            for index, item in zip(group, answered, strict=True):
                 items[index] = item
         return [item for item in items if item is not None]
 

@@ -689,3 +689,30 @@ def test_async_execute_many_of_invalid_calls_only_sends_nothing():
 
     answers = asyncio.run(scenario())
     assert [type(answer) for answer in answers] == [ValueError, ValueError, TypeError]
+
+
+def test_a_failure_while_a_413_is_resent_item_by_item_keeps_the_items_answered():
+    seen = []
+    answer = _answering(limit=50_000, seen=seen)
+
+    def handler(request):
+        if b'"op_1"' in request.content and len(request.content) < 50_000:
+            raise httpx.ConnectError("refused", request=request)
+        return answer(request)
+
+    client = EffectgateClient(
+        "http://eg.test",
+        "egr_x",
+        transport=httpx.MockTransport(handler),
+        max_batch_bytes=10 << 20,
+        max_retries=0,
+    )
+    items = client.post_outcomes(
+        "run_1", [_outcome(0, 30_000), _outcome(1, 30_000), _outcome(2, 100)]
+    )
+    # The 413 of the three sent them one by one; op_1's connection was refused.
+    assert seen == [["op_0"], ["op_2"]]
+    assert [item.status for item in items] == [200, 0, 200]
+    assert isinstance(items[1].error, TransportError)
+    assert client.stats["batch_split_413"] == 1
+    assert client.stats["batch_requests_failed"] == 1
