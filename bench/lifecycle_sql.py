@@ -8,8 +8,8 @@ counts, so a change in the service that the replica misses shows up):
 
 - every request: the token generation's read (the token cache's question, in place of
   the connection health check; the replica's token is always remembered), then, when
-  the API's throttle counts in the database cache (no Redis configured), the count's
-  read and compare-and-set UPDATE;
+  the API's throttle counts in the database (no Redis configured), the count's one
+  upsert;
 - register and claim: one read of the run, the tool and its active contract, then one
   transaction: the operation inserted already executing (``ON CONFLICT DO NOTHING``),
   its attempt and its two events in one statement, the run's budgets taken last by a
@@ -25,11 +25,10 @@ serialization, the contract and state-machine code in Python, the ORM.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
-import pickle
 import secrets
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -43,11 +42,6 @@ from .columns import unnamed_defaults
 
 def _hash(*parts: Any) -> str:
     return hashlib.sha256(json.dumps(parts, default=str, sort_keys=True).encode()).hexdigest()
-
-
-def _pickled(value: Any) -> str:
-    """A value as Django's database cache stores it (base64 of a pickle)."""
-    return base64.b64encode(pickle.dumps(value, pickle.HIGHEST_PROTOCOL)).decode("latin1")
 
 
 def new_operation_row(
@@ -177,19 +171,21 @@ class SqlRunner(Statements):
         self.runner_id = self.conn.execute(
             "SELECT runner_id FROM operations_runnertoken WHERE token_hash = %s", (token_hash,)
         ).fetchone()[0]
+        from operations.http.throttling import COUNT_SQL
         from operations.models import Attempt, Event, Operation
 
+        self.count_sql = COUNT_SQL
         self.extra_op = unnamed_defaults(Operation, OP_COLUMNS | INLINE_CLAIM_COLUMNS)
         self.extra_event = unnamed_defaults(Event, EVENT_COLUMNS)
         self.extra_attempt = unnamed_defaults(Attempt, ATTEMPT_COLUMNS)
-        self.throttle_key = self._throttle_row()
+        self.throttle_key = self._throttle_key()
+        # The API's sweep of old counters leaves the replica's row alone for a day.
+        self.throttle_expires = int(time.time()) + 86400
 
-    def _throttle_row(self) -> str | None:
-        """The row of the database cache this replica's token counts in, when the API
-        counts there (no Redis configured, a runner rate set); None otherwise."""
+    def _throttle_key(self) -> str | None:
+        """The counter this replica's token counts in, when the API counts in the
+        database (no Redis configured, a runner rate set); None otherwise."""
         from django.conf import settings
-
-        from operations.http.throttling import CACHE_TABLE
 
         backend = settings.CACHES["default"]["BACKEND"]
         if (
@@ -197,12 +193,7 @@ class SqlRunner(Statements):
             or not settings.THROTTLE_RUNNER_RATE
         ):
             return None
-        key = f":1:throttle:runner:replica-{secrets.token_hex(6)}:0"
-        self.conn.execute(
-            f"INSERT INTO {CACHE_TABLE} (cache_key, value, expires) VALUES (%s, %s, %s)",  # noqa: S608
-            (key, _pickled(0), datetime.now(UTC) + timedelta(days=1)),
-        )
-        return key
+        return f"throttle:runner:replica-{secrets.token_hex(6)}:0"
 
     def _request(self) -> str:
         """What every request starts with: the health check and the token's lookup, then
@@ -219,18 +210,8 @@ class SqlRunner(Statements):
                 (self.token_hash,),
             ).fetchone()[0]
         if self.throttle_key is not None:
-            # The same two statements as ``DatabaseCache.incr``: a read, a compare-and-set.
-            now = datetime.now(UTC).replace(microsecond=0)
-            stored = self._x(
-                'SELECT "value" FROM "effectgate_cache" WHERE "cache_key" = %s AND "expires" > %s',
-                (self.throttle_key, now),
-            ).fetchone()[0]
-            count = pickle.loads(base64.b64decode(stored)) + 1  # noqa: S301 (our own row)
-            self._x(
-                'UPDATE "effectgate_cache" SET "value" = %s '
-                'WHERE "cache_key" = %s AND "value" = %s',
-                (_pickled(count), self.throttle_key, stored),
-            )
+            # The statement of ``DatabaseCache.window_count``: the count's one upsert.
+            self._x(self.count_sql, (self.throttle_key, 1, self.throttle_expires)).fetchone()
         return runner_id
 
     def _event_row(

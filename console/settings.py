@@ -490,11 +490,12 @@ if AUDIT_SEAL_EVERY_S:
 for _entry in CELERY_BEAT_SCHEDULE.values():
     _entry["options"] = {"expires": max(_entry["schedule"], 10.0)}
 
-# The cache every process shares: request throttling counts in it (operations/
+# The cache every process shares: request throttling counts in it (operations/http/
 # throttling.py). Redis when one is configured: CACHE_URL, or else the Celery broker when
 # it is Redis (its keys carry the prefix "effectgate"; nothing here empties the cache,
 # which would empty the broker's queues too). Without Redis, a table in the database
-# that migrate creates: two more statements per throttled request.
+# that migrate creates, and the throttle's counters in a table of their own (UNLOGGED on
+# PostgreSQL, migration 0021): one more statement per throttled request, without WAL.
 CACHE_URL = os.environ.get("CACHE_URL") or (
     CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else ""
 )
@@ -512,8 +513,8 @@ CACHES: dict[str, dict[str, Any]] = {
         else {
             "BACKEND": "operations.http.throttling.DatabaseCache",
             "LOCATION": "effectgate_cache",
-            # Culling deletes expired counters first; only beyond this many live ones
-            # (identities that sent a request in the last two windows) does it drop some.
+            # Culling deletes expired entries first; only beyond this many live ones does
+            # it drop some (the throttle's counters are not entries: their own table).
             "OPTIONS": {"MAX_ENTRIES": 10000},
         }
     )

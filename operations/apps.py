@@ -21,8 +21,10 @@ class OperationsConfig(AppConfig):
         converters.register()
         for signal in (post_save, post_delete):
             signal.connect(runner_webhook_events_refresh, sender=WebhookEndpoint)
-        # The database cache's table (request throttling), like the triggers after every
-        # migrate: no migration file, so it exists whichever cache is configured.
+        # The database cache's table (without Redis, Django's cache, which console/slack.py
+        # uses), like the triggers after every migrate: no migration file, so it exists
+        # whichever cache is configured. The throttle counts in a table of its own
+        # (migration 0021).
         post_migrate.connect(_cache_table, sender=self)
 
 

@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 import redis
+from django.db import connection
 from rest_framework.test import APIClient
 
 from operations import services
+from operations.http.throttling import COUNTER_TABLE
 from tests.support import runtime_role
 from tests.support.audit_log import write_signing_key
 from tests.support.collection import deselected_whole
@@ -235,3 +237,11 @@ def redis_cache(settings) -> Iterator[str]:
 def database_cache(settings) -> None:
     """The shared cache in the database, as without Redis (whatever the environment)."""
     settings.CACHES = {"default": DATABASE_CACHE}
+
+
+def throttle_count(key: str) -> int | None:
+    """A throttle's window counter on the database cache (``throttling.COUNTER_TABLE``)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT count FROM {COUNTER_TABLE} WHERE key = %s", [key])  # noqa: S608
+        row = cursor.fetchone()
+    return None if row is None else row[0]

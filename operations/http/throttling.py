@@ -10,8 +10,9 @@ value and rewrites it on each request: at the rates a runner legitimately reache
 of thousands a minute) that is a large value read and written per request, and two
 processes writing it at once lose each other's requests. The throttles here keep one
 counter per identity and fixed window instead (``<scope>:<identity>:<window number>``),
-incremented atomically: Redis ``INCR``, or a compare-and-set ``UPDATE`` on the database
-cache (``DatabaseCache.incr`` below). A fixed window admits at most twice the rate
+incremented atomically: Redis ``INCR``, or on the database cache one ``INSERT ... ON
+CONFLICT DO UPDATE`` of a row in a table of counters of its own
+(``DatabaseCache.window_count`` below). A fixed window admits at most twice the rate
 across a window boundary; that is the price of one counter per request.
 
 When the cache cannot be reached the request is let through and the failure logged:
@@ -27,6 +28,7 @@ import pickle
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 from django.core.cache.backends.db import DatabaseCache as DjangoDatabaseCache
 from django.db import DatabaseError, connections, router, transaction
 from django.utils.timezone import now as tz_now
@@ -39,8 +41,22 @@ logger = logging.getLogger(__name__)
 
 # The database cache's table (``CACHES`` in console/settings.py); ``migrate`` creates it
 # (``cache_table_create``) whichever cache is configured, so that switching Redis off
-# later needs no other step.
+# later needs no other step. The throttle's counters are not kept there (COUNTER_TABLE).
 CACHE_TABLE = "effectgate_cache"
+
+# The window counters on the database cache: migration 0021 creates the table (UNLOGGED
+# on PostgreSQL: a crash only starts the windows' counts again). One statement per
+# request, atomic under concurrency: PostgreSQL's upsert takes the row's lock and adds to
+# the committed count, SQLite has one writer at a time (RETURNING needs SQLite 3.35).
+COUNTER_TABLE = "operations_throttle_count"
+COUNT_SQL = (
+    f"INSERT INTO {COUNTER_TABLE} (key, count, expires) VALUES (%s, %s, %s) "  # noqa: S608
+    f"ON CONFLICT (key) DO UPDATE SET count = {COUNTER_TABLE}.count + EXCLUDED.count "
+    "RETURNING count"
+)
+# How often each process deletes the counters whose windows are over (at most, and only
+# while it counts requests): see ``DatabaseCache.window_count``.
+SWEEP_EVERY_S = 60
 
 
 class WindowRateThrottle(SimpleRateThrottle):
@@ -77,6 +93,12 @@ class WindowRateThrottle(SimpleRateThrottle):
     def _count(self, key: str, *, period: int, delta: int = 1) -> int:
         """This request's number in its window (its last, when it counts for several):
         the window's counter, incremented by ``delta``."""
+        store = caches[DEFAULT_CACHE_ALIAS]  # what ``self.cache`` stands for
+        if isinstance(store, DatabaseCache):
+            # The row outlives its window by one period: a process whose clock runs a
+            # little behind still counts in it.
+            expires = int(self.window_end) + period
+            return store.window_count(key, delta=delta, expires=expires, now=self.now)
         try:
             return self.cache.incr(key, delta)
         except ValueError:
@@ -119,7 +141,8 @@ class PersonRateThrottle(WindowRateThrottle):
 
 
 class DatabaseCache(DjangoDatabaseCache):
-    """Django's database cache with an atomic ``incr`` of two statements.
+    """Django's database cache with an atomic ``incr`` of two statements, and the
+    throttle's window counters in a table of their own (``window_count``).
 
     Django's own ``incr`` is a ``get`` and a ``set``: six statements and a transaction
     (the ``set`` counts the table and reads the row again), and two processes
@@ -128,8 +151,38 @@ class DatabaseCache(DjangoDatabaseCache):
     that applies only if the value is still the one read. When another process changed
     it in between, the increment is made again under the row's lock (a transaction
     with ``SELECT ... FOR UPDATE``; on SQLite every transaction holds the write lock),
-    which cannot lose.
+    which cannot lose. (console/slack.py counts with it; the throttle has ``window_count``.)
     """
+
+    # When this instance (one per thread: Django's ``caches``) next deletes the counters
+    # whose windows are over, on the throttle's clock.
+    _sweep_after = 0.0
+
+    def window_count(self, key: str, *, delta: int, expires: int, now: float) -> int:
+        """The throttle's counter ``key`` incremented by ``delta`` (created at ``delta``
+        when its window has none yet): one statement, ``COUNT_SQL``.
+
+        The key names its window, so a row past ``expires`` (Unix seconds) is only left
+        over, never counted again. Each instance deletes those once every
+        ``SWEEP_EVERY_S`` on its first count after that time: one ``DELETE`` (through
+        the index on ``expires``) per thread and minute, rather than a statement on every
+        request, or on the first request of each window of each token. It needs no
+        scheduler (a deployment without Redis may run no Celery beat either): whatever
+        process writes counters also removes the old ones. The next time is set before
+        the ``DELETE``: one that fails (its request goes through, logged) is not tried
+        again on every request, but a minute later.
+        """
+        alias = router.db_for_write(self.cache_model_class)
+        with connections[alias].cursor() as cursor:
+            cursor.execute(COUNT_SQL, [key, delta, expires])
+            (count,) = cursor.fetchone()
+            if now >= self._sweep_after:
+                self._sweep_after = now + SWEEP_EVERY_S
+                cursor.execute(
+                    f"DELETE FROM {COUNTER_TABLE} WHERE expires <= %s",  # noqa: S608
+                    [int(now)],
+                )
+        return int(count)
 
     def incr(self, key: Any, delta: int = 1, version: int | None = None) -> int:
         key = self.make_and_validate_key(key, version=version)

@@ -50,15 +50,16 @@ def test_the_profile_prints_statements_and_cpu_per_lifecycle_or_effect(batch):
     assert statements > 0
     assert cpu > 0
     if batch == 1:
-        assert statements == 18  # the lean path's 14, and the throttle's 4 (database cache)
+        assert statements == 16  # the lean path's 14, and the throttle's 2 (database cache)
     else:
         # The same statements for the whole batch, however many items it holds.
         assert statements * batch == _STATEMENTS_PER_BATCH_PAIR
 
 
 # A registration batch and an outcome batch of lean items (tests/operations/
-# test_batches.py counts them per request).
-_STATEMENTS_PER_BATCH_PAIR = 21
+# test_batches.py counts them per request), the throttle's count among them (one per
+# request on the database cache).
+_STATEMENTS_PER_BATCH_PAIR = 19
 
 
 def test_under_cprofile_it_prints_the_functions_with_the_most_time(tmp_path):

@@ -19,19 +19,27 @@ import httpx
 import pytest
 import redis
 from django.conf import settings as django_settings
-from django.core.cache import cache
+from django.core.cache import cache, caches
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from operations import services
-from operations.http.throttling import CACHE_TABLE, DatabaseCache, WindowRateThrottle
+from operations.http import throttling
+from operations.http.throttling import (
+    CACHE_TABLE,
+    COUNTER_TABLE,
+    DatabaseCache,
+    WindowRateThrottle,
+)
 from operations.models import Attempt, Event, Operation, Run, RunnerToken
-from tests.conftest import REDIS_URL, make_runner
+from tests.conftest import REDIS_URL, make_runner, throttle_count
 from tests.support.net import free_port
 from tests.support.runtime_role import database_env
 
 REPO = Path(__file__).resolve().parents[2]
 MINUTE = 1_800_000_000  # a multiple of 60: the start of a minute window
+POSTGRES = connection.vendor == "postgresql"
 
 
 @pytest.fixture
@@ -154,6 +162,96 @@ def test_a_cache_that_does_not_answer_lets_requests_through_and_says_so(api, set
     assert "request throttling skipped: the cache did not answer" in caplog.text
 
 
+def _throttle_statements(queries: CaptureQueriesContext) -> list[str]:
+    return [query["sql"] for query in queries.captured_queries if COUNTER_TABLE in query["sql"]]
+
+
+def test_on_the_database_cache_a_count_is_one_statement(api, settings, clock, database_cache):
+    """One upsert per request, the window's first request too, and nothing of the
+    throttle in Django's cache table."""
+    settings.THROTTLE_RUNNER_RATE = "3/min"
+    token = RunnerToken.objects.get(runner=api.runner)
+    assert api.get("/api/v1/tools").status_code == 200  # also deletes old counters (below)
+    for expected in (200, 200, 429):
+        with CaptureQueriesContext(connection) as queries:
+            assert api.get("/api/v1/tools").status_code == expected
+        [statement] = _throttle_statements(queries)
+        assert statement.startswith(f"INSERT INTO {COUNTER_TABLE} (key, count, expires)")
+        assert "ON CONFLICT (key) DO UPDATE" in statement
+        assert not any(CACHE_TABLE in query["sql"] for query in queries.captured_queries)
+    assert throttle_count(f"throttle:runner:{token.pk}:{MINUTE // 60}") == 4
+    clock[0] += 30  # the next window: its row is created by the same statement
+    with CaptureQueriesContext(connection) as queries:
+        assert api.get("/api/v1/tools").status_code == 200
+    assert len(_throttle_statements(queries)) == 1
+    assert throttle_count(f"throttle:runner:{token.pk}:{MINUTE // 60 + 1}") == 1
+
+
+def _counters(*prefixes: str) -> dict[str, int]:
+    """The counters' rows whose keys start with one of ``prefixes``, and their expiry
+    (other tests' committed rows may be there too)."""
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT key, expires FROM {COUNTER_TABLE}")  # noqa: S608
+        return {key: expires for key, expires in cursor.fetchall() if key.startswith(prefixes)}
+
+
+def test_counters_of_windows_past_are_deleted_once_a_minute(api, settings, clock, database_cache):
+    """A row outlives its window by one period; each cache instance deletes the rows
+    past that once every SWEEP_EVERY_S, on its first count after it, and no other count
+    sends more than its one statement."""
+    settings.THROTTLE_RUNNER_RATE = "100/min"
+    token = RunnerToken.objects.get(runner=api.runner)
+    window = MINUTE // 60
+    key = f"throttle:runner:{token.pk}"
+    old = f"throttle:test-sweep:{token.pk}"
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {COUNTER_TABLE} (key, count, expires) VALUES (%s, 7, %s), (%s, 7, %s)",  # noqa: S608
+            [f"{old}:1", MINUTE, f"{old}:2", MINUTE + 31],
+        )
+
+    def count() -> int:
+        """The request's statements on the counters' table."""
+        with CaptureQueriesContext(connection) as queries:
+            assert api.get("/api/v1/tools").status_code == 200
+        return len(_throttle_statements(queries))
+
+    assert count() == 2  # this cache's first count: the upsert and the deletion
+    assert _counters(key, old) == {f"{old}:2": MINUTE + 31, f"{key}:{window}": MINUTE + 120}
+    clock[0] += 30  # MINUTE + 60: a new window, 30 s after the deletion
+    assert count() == 1
+    clock[0] += 29.5
+    assert count() == 1
+    assert set(_counters(key, old)) == {f"{old}:2", f"{key}:{window}", f"{key}:{window + 1}"}
+    clock[0] += 0.5  # MINUTE + 90: a minute after the last deletion
+    assert count() == 2
+    assert set(_counters(key, old)) == {f"{key}:{window}", f"{key}:{window + 1}"}
+    clock[0] += 30  # MINUTE + 120: the first window's row expires now
+    assert count() == 1
+    clock[0] += 30
+    assert count() == 2
+    assert set(_counters(key, old)) == {f"{key}:{window + 1}", f"{key}:{window + 2}"}
+
+
+@pytest.mark.skipif(not POSTGRES, reason="UNLOGGED is PostgreSQL's")
+def test_on_postgresql_the_counters_table_is_unlogged(db):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relpersistence FROM pg_class WHERE relname = %s", [COUNTER_TABLE])
+        assert cursor.fetchall() == [("u",)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_counters_table_that_fails_lets_requests_through_and_says_so(
+    api, settings, caplog, monkeypatch, database_cache
+):
+    settings.THROTTLE_RUNNER_RATE = "1/min"
+    monkeypatch.setattr(
+        throttling, "COUNT_SQL", throttling.COUNT_SQL.replace(COUNTER_TABLE, "no_such_table")
+    )
+    assert [api.get("/api/v1/tools").status_code for _ in range(2)] == [200, 200]
+    assert "request throttling skipped: the cache did not answer" in caplog.text
+
+
 def _settings_in_a_process(**env: str) -> subprocess.CompletedProcess:
     """console/settings.py as a fresh process reads it from ``env``."""
     base = {
@@ -234,6 +332,44 @@ def test_concurrent_increments_on_the_database_cache_lose_no_count(database_cach
     counts = sorted(value for values in seen for value in values)
     assert counts == list(range(1, threads * each + 1))
     assert cache.get(key) == threads * each
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_counts_on_the_counters_table_lose_none(database_cache):
+    """Eight threads, each on its own connection (and its own cache instance, whose
+    first count also deletes old rows), count 50 times each in one window at once:
+    every count lands, and each returns a different number."""
+    threads, each = 8, 50
+    key = f"throttle:test:concurrent:{time.time_ns()}"
+    expires = int(time.time()) + 600
+    seen: list[list[int]] = [[] for _ in range(threads)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(threads)
+
+    def count(index: int) -> None:
+        try:
+            store = caches["default"]
+            assert isinstance(store, DatabaseCache)
+            start.wait()
+            for _ in range(each):
+                seen[index].append(
+                    store.window_count(key, delta=1, expires=expires, now=time.time())
+                )
+        except BaseException as exc:  # the test reports what each thread met
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=count, args=(index,)) for index in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert errors == []
+    assert sorted(value for values in seen for value in values) == list(
+        range(1, threads * each + 1)
+    )
+    assert throttle_count(key) == threads * each
 
 
 def test_an_expired_or_missing_counter_is_not_incremented(db, database_cache):
@@ -354,7 +490,7 @@ def test_two_server_processes_share_one_count_per_token(two_servers):
         if kind == "redis":
             assert int(store.get(f"effectgate:1:{key}")) == 8
         else:
-            assert DatabaseCache(CACHE_TABLE, {}).get(key) == 8
+            assert throttle_count(key) == 8
     finally:
         for found in store.scan_iter(f"effectgate:1:throttle:runner:{token.pk}:*"):
             store.delete(found)
@@ -362,7 +498,7 @@ def test_two_server_processes_share_one_count_per_token(two_servers):
 
 
 @pytest.mark.slow
-def test_migrate_creates_the_cache_table_on_a_fresh_database(tmp_path):
+def test_migrate_creates_the_cache_and_counters_tables_on_a_fresh_database(tmp_path):
     """``make run`` on a fresh machine: migrate alone makes the database cache usable,
     also when Redis is the configured cache (switching it off later needs nothing)."""
     database = tmp_path / "fresh.sqlite3"
@@ -384,4 +520,6 @@ def test_migrate_creates_the_cache_table_on_a_fresh_database(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     with sqlite3.connect(database) as db:
         columns = [row[1] for row in db.execute(f"PRAGMA table_info({CACHE_TABLE})")]
+        counters = [row[1] for row in db.execute(f"PRAGMA table_info({COUNTER_TABLE})")]
     assert columns == ["cache_key", "value", "expires"]
+    assert counters == ["key", "count", "expires"]

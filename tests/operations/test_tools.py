@@ -8,6 +8,7 @@ from django.test.utils import CaptureQueriesContext
 
 from operations.contracts import normalize_contract, weakenings
 from operations.errors import InvalidContract
+from operations.http.throttling import COUNTER_TABLE
 from operations.models import Tool, ToolVersion
 from tests.conftest import REFUND_SCHEMA, contract, make_runner
 
@@ -103,7 +104,7 @@ def test_a_page_of_tools_costs_the_same_statements_however_many_tools(api):
         with CaptureQueriesContext(connection) as queries:
             _page(api, "/api/v1/tools")
         # The throttle's count (operations/http/throttling.py) is not the list's.
-        return sum("effectgate_cache" not in query["sql"] for query in queries.captured_queries)
+        return sum(COUNTER_TABLE not in query["sql"] for query in queries.captured_queries)
 
     other = make_runner()
     api.tool("a")
