@@ -10,10 +10,11 @@ value and rewrites it on each request: at the rates a runner legitimately reache
 of thousands a minute) that is a large value read and written per request, and two
 processes writing it at once lose each other's requests. The throttles here keep one
 counter per identity and fixed window instead (``<scope>:<identity>:<window number>``),
-incremented atomically: Redis ``INCR``, or on the database cache one ``INSERT ... ON
-CONFLICT DO UPDATE`` of a row in a table of counters of its own
-(``DatabaseCache.window_count`` below). A fixed window admits at most twice the rate
-across a window boundary; that is the price of one counter per request.
+incremented atomically: on Redis one ``INCRBY`` in a script (``REDIS_COUNT_LUA``), on
+the database cache one ``INSERT ... ON CONFLICT DO UPDATE`` of a row in a table of
+counters of its own (``DatabaseCache.window_count`` below). A fixed window admits at
+most twice the rate across a window boundary; that is the price of one counter per
+request.
 
 When the cache cannot be reached the request is let through and the failure logged:
 throttling protects the service from floods, and must not take the ledger down with
@@ -23,6 +24,8 @@ Redis.
 from __future__ import annotations
 
 import base64
+import functools
+import hashlib
 import logging
 import pickle
 from typing import Any
@@ -30,9 +33,10 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import DEFAULT_CACHE_ALIAS, caches
 from django.core.cache.backends.db import DatabaseCache as DjangoDatabaseCache
+from django.core.cache.backends.redis import RedisCache
 from django.db import DatabaseError, connections, router, transaction
 from django.utils.timezone import now as tz_now
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 from rest_framework.throttling import SimpleRateThrottle
 
 from ..models import RunnerToken
@@ -57,6 +61,43 @@ COUNT_SQL = (
 # How often each process deletes the counters whose windows are over (at most, and only
 # while it counts requests): see ``DatabaseCache.window_count``.
 SWEEP_EVERY_S = 60
+
+
+# The window's counter on Redis in one round trip: INCRBY, and on the window's first
+# request (the count is then ``delta``: counts only grow) its expiry, in one script, so
+# that no key is left without one. The key outlives its window (two periods), so a
+# process whose clock runs a little behind still counts in it. Django's ``incr`` would be
+# EXISTS and INCRBY, and SET NX on a window's first request: two or three round trips.
+# The value is an integer, as Django's Redis serializer stores one: ``cache.get`` reads it.
+REDIS_COUNT_LUA = """
+local count = redis.call("INCRBY", KEYS[1], ARGV[1])
+if count == tonumber(ARGV[1]) then
+    redis.call("EXPIRE", KEYS[1], ARGV[2])
+end
+return count
+"""
+
+
+@functools.cache
+def _script_sha(script: str) -> str:
+    """The name Redis gives ``script`` (SHA-1 of its text, not a security use)."""
+    return hashlib.sha1(script.encode(), usedforsecurity=False).hexdigest()
+
+
+def redis_window_count(store: RedisCache, key: str, *, delta: int, timeout: int) -> int:
+    """The counter ``key`` of ``store`` incremented by ``delta``: one ``EVALSHA``; when
+    Redis does not hold the script (its first use, a restart), it is loaded and the
+    count sent again."""
+    full = store.make_and_validate_key(key)
+    # Django's Redis client (no public accessor); tests/operations/test_throttling.py
+    # counts through it against a real Redis.
+    client = store._cache.get_client(full, write=True)  # type: ignore[attr-defined]
+    script = REDIS_COUNT_LUA
+    try:
+        return int(client.evalsha(_script_sha(script), 1, full, delta, timeout))
+    except NoScriptError:
+        client.script_load(script)
+        return int(client.evalsha(_script_sha(script), 1, full, delta, timeout))
 
 
 class WindowRateThrottle(SimpleRateThrottle):
@@ -99,11 +140,13 @@ class WindowRateThrottle(SimpleRateThrottle):
             # little behind still counts in it.
             expires = int(self.window_end) + period
             return store.window_count(key, delta=delta, expires=expires, now=self.now)
+        if isinstance(store, RedisCache):
+            return redis_window_count(store, key, delta=delta, timeout=2 * period)
         try:
             return self.cache.incr(key, delta)
         except ValueError:
             # The window's first request. The key outlives its window so that it cannot
-            # expire between Redis' EXISTS and INCR while the window still counts.
+            # expire between EXISTS and INCR while the window still counts.
             if self.cache.add(key, delta, timeout=2 * period):
                 return delta
             return self.cache.incr(key, delta)
