@@ -125,6 +125,14 @@ def _batch_item(path: str, result: Any, request_id: str | None) -> BatchItem[Any
     )
 
 
+def _failed_item(exc: EffectgateError) -> BatchItem[Any]:
+    """The item of a request that was refused as a whole, or got no answer: a copy of
+    the failure of its own, and the refusal's HTTP status (0 without one, or when the
+    answer was a 2xx that could not be read)."""
+    status = exc.status if isinstance(exc, ProblemError | UnexpectedResponse) else 0
+    return BatchItem(status if status >= 300 else 0, error=own_copy(exc))
+
+
 class _ClientCore:
     """What both clients share: settings, the repeat policy and every call's plan."""
 
@@ -224,7 +232,14 @@ class _ClientCore:
                 self.stats[f"lost:{type(exc).__name__}"] += 1
             else:
                 if response.is_success:
-                    body = response.json() if response.content else None
+                    try:
+                        body = response.json() if response.content else None
+                    except ValueError:  # not JSON (a proxy's page): no answer of Effectgate
+                        raise UnexpectedResponse(
+                            response.status_code,
+                            f"{method} {path}: the answer is not JSON: {response.text[:200]}",
+                            request_id=request_id_of(response),
+                        ) from None
                     return _Answer(body, request_id_of(response), retry > 0)
                 error = problem_from_response(response)
                 if response.status_code not in RETRY_STATUSES or retry >= retries:
@@ -266,10 +281,11 @@ class _ClientCore:
         """The items of a batch in requests of at most ``max_batch_bytes`` (encoded) and
         50 items; a request Effectgate refuses as too large (413) is sent again item by
         item, and an item too large alone is answered ``PayloadTooLarge``. The items in
-        order. A refusal or failure raises while no item of the batch has been answered;
-        after that, a request's refusal or failure is the error of each of its items (a
-        copy of its own; ``status`` 0 when no answer came), so the items answered before
-        it are never lost."""
+        order. A refusal or failure raises while no item of the batch has been answered.
+        After that, the first request that is refused or gets no answer ends the batch:
+        its items and those not sent yet carry what it raised as their error (each a
+        copy of its own; ``status`` that of the refusal, 0 when no answer came), and
+        the items answered before it are kept."""
         items: list[BatchItem[Any] | None] = [None] * len(bodies)
         groups = deque(_chunks(bodies, self.max_batch_bytes))
         answered_any = False
@@ -286,9 +302,12 @@ class _ClientCore:
             except EffectgateError as exc:
                 if not answered_any:
                     raise
+                # Effectgate is unreachable, or refuses the token or its rate: the
+                # requests left would meet the same, and a 429 would count them too.
                 self.stats["batch_requests_failed"] += 1
-                status = exc.status if isinstance(exc, ProblemError | UnexpectedResponse) else 0
-                answered = [BatchItem(status, error=own_copy(exc)) for _ in group]
+                for index in [i for rest in (group, *groups) for i in rest]:
+                    items[index] = _failed_item(exc)
+                break
             answered_any = True
             for index, item in zip(group, answered, strict=True):
                 items[index] = item
@@ -298,33 +317,55 @@ class _ClientCore:
         self, path: str, bodies: list[dict[str, Any]]
     ) -> Plan[list[BatchItem[Any]]]:
         """One batch request (repeated while its answer is lost), then its items answered
-        429 or 5xx alone, as often as a single call is repeated; the items in order."""
+        429 or 5xx alone, as often as a single call is repeated; the items in order. A
+        failure of the first request raises; one of a repeat of some items is the error
+        of those items, and the items answered before are kept."""
         items: list[BatchItem[Any] | None] = [None] * len(bodies)
         todo = list(range(len(bodies)))
         retry = 0
         while True:
-            answer = yield from self._answer_plan("POST", path, json=[bodies[i] for i in todo])
-            results = answer.body.get("results") if isinstance(answer.body, dict) else None
-            if not isinstance(results, list) or len(results) != len(todo):
-                raise UnexpectedResponse(
-                    200,
-                    f"POST {path}: not an answer of {len(todo)} items",
-                    request_id=answer.request_id,
-                )
-            again: list[int] = []
-            for index, result in zip(todo, results, strict=True):
-                item = _batch_item(path, result, answer.request_id)
-                if isinstance(item.error, ProblemError):
-                    # Repeated if this item, or the whole batch, was sent before.
-                    item.error.repeated = retry > 0 or answer.repeated
-                    if item.status in RETRY_STATUSES and retry < self.max_retries:
-                        again.append(index)
-                items[index] = item
+            try:
+                again = yield from self._batch_answer_plan(path, bodies, todo, items, retry)
+            except EffectgateError as exc:
+                if retry == 0:
+                    raise
+                for index in todo:
+                    items[index] = _failed_item(exc)
+                again = []
             if not again:
                 return [item for item in items if item is not None]
             self.stats["batch_items_repeated"] += len(again)
             yield Pause(self._backoff_s(retry))
             todo, retry = again, retry + 1
+
+    def _batch_answer_plan(
+        self,
+        path: str,
+        bodies: list[dict[str, Any]],
+        todo: list[int],
+        items: list[BatchItem[Any] | None],
+        retry: int,
+    ) -> Plan[list[int]]:
+        """Send the items ``todo`` of ``bodies`` in one request, put their answers in
+        ``items``; the indexes of those to repeat (429, 5xx) while repeats are left."""
+        answer = yield from self._answer_plan("POST", path, json=[bodies[i] for i in todo])
+        results = answer.body.get("results") if isinstance(answer.body, dict) else None
+        if not isinstance(results, list) or len(results) != len(todo):
+            raise UnexpectedResponse(
+                200,
+                f"POST {path}: not an answer of {len(todo)} items",
+                request_id=answer.request_id,
+            )
+        answered = [_batch_item(path, result, answer.request_id) for result in results]
+        again: list[int] = []
+        for index, item in zip(todo, answered, strict=True):
+            if isinstance(item.error, ProblemError):
+                # Repeated if this item, or the whole batch, was sent before.
+                item.error.repeated = retry > 0 or answer.repeated
+                if item.status in RETRY_STATUSES and retry < self.max_retries:
+                    again.append(index)
+            items[index] = item
+        return again
 
     def _register_many_plan(
         self, run_id: str, registrations: Sequence[BatchRegistration | Mapping[str, Any]]

@@ -21,9 +21,9 @@ So each call gets what ``execute`` gives it, decided by the same code; a refusal
 be recorded: ``OutcomeNotRecorded`` keeps it) is that call's item of the answer, as
 ``asyncio.gather(..., return_exceptions=True)`` would give it; so is a call ``execute``
 would refuse before sending (no operation key, arguments that are not JSON), and, when
-the calls are split into several registration requests, the refusal or failure of a
-later request for each of its calls. Only a refusal of the first registration request
-raises, before any tool ran.
+some calls were registered, the refusal or failure of a later request (or repeat) for
+each call it left unregistered. Only a refusal before any call was registered raises,
+before any tool ran.
 
 An interruption (``AsyncRunner``: a cancellation; ``Runner``: a ``BaseException`` such
 as ``KeyboardInterrupt``) still posts the outcome of every tool that returned before it

@@ -134,9 +134,9 @@ class BatchItem(Generic[A]):
     """One item's answer in a batch, in the request's order: its HTTP ``status`` and
     either the ``operation`` (what the single call answers) or the ``error`` (the typed
     ``ProblemError`` the single call raises for that problem, with the batch request's
-    ``request_id``; or, for the items of a later request of a split batch that was
-    refused or not answered, what that request raised: ``status`` 0 when no answer
-    came)."""
+    ``request_id``; or, for the items left when a request was refused or not answered
+    after others of the batch were, what that request raised: ``status`` 0 when no
+    answer came)."""
 
     status: int
     operation: A | None = None

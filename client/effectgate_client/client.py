@@ -188,11 +188,11 @@ class EffectgateClient(_ClientCore):
         (api.md, Batches); each item is what ``register`` takes (``run`` may be left
         out). Returns each item's ``BatchItem``, in order: the operation ``register``
         returns, or the ``error`` it would raise. A refusal of the whole request (the
-        token, its rate, an unreachable Effectgate) raises, as ``register`` does; when
-        the batch is split into several requests (``max_batch_bytes``), only the
-        first's does, and a later one's is the ``error`` of each of its items (the
-        items answered before it are kept). A batch of no or more than 50 items
-        raises ``ValueError`` before sending."""
+        token, its rate, an unreachable Effectgate) raises, as ``register`` does, while
+        none of the batch's items has been answered; after that (a batch split into
+        several requests by ``max_batch_bytes``, a repeat of items answered 5xx) it is
+        the ``error`` of each item not answered, and the items answered are kept. A
+        batch of no or more than 50 items raises ``ValueError`` before sending."""
         return self._run(self._register_many_plan(run_id, registrations))
 
     def get_operation(self, operation_id: str) -> Operation:

@@ -710,9 +710,93 @@ def test_a_failure_while_a_413_is_resent_item_by_item_keeps_the_items_answered()
     items = client.post_outcomes(
         "run_1", [_outcome(0, 30_000), _outcome(1, 30_000), _outcome(2, 100)]
     )
-    # The 413 of the three sent them one by one; op_1's connection was refused.
-    assert seen == [["op_0"], ["op_2"]]
-    assert [item.status for item in items] == [200, 0, 200]
+    # The 413 of the three sent them one by one; op_1's connection was refused, and
+    # op_2 was not sent after it.
+    assert seen == [["op_0"]]
+    assert [item.status for item in items] == [200, 0, 0]
     assert isinstance(items[1].error, TransportError)
+    assert isinstance(items[2].error, TransportError)
+    assert items[1].error is not items[2].error
     assert client.stats["batch_split_413"] == 1
     assert client.stats["batch_requests_failed"] == 1
+
+
+def test_after_a_failed_request_the_rest_of_the_batch_is_not_sent():
+    seen = []
+    client = EffectgateClient(
+        "http://eg.test",
+        "egr_x",
+        transport=httpx.MockTransport(_failing_after(1, seen)),
+        max_batch_bytes=10_000,
+        max_retries=0,
+    )
+    items = client.register_many("run_1", [_large(key) for key in "abcdef"])
+    # Three requests of two; the second was refused, the third never sent.
+    assert seen == [["a", "b"], ["c", "d"]]
+    assert [item.status for item in items] == [201, 201, 0, 0, 0, 0]
+    assert all(isinstance(item.error, TransportError) for item in items[2:])
+    assert len({id(item.error) for item in items[2:]}) == 4
+
+
+def _partly_5xx_then_refused(answers):
+    """Answers each request in turn from ``answers`` (a list per request of 201 or 503
+    per item, or None: the connection refused, then and for every request after)."""
+    sent = []
+
+    def handler(request):
+        keys = [item["operation_key"] for item in json.loads(request.content)]
+        sent.append(keys)
+        statuses = answers[min(len(sent), len(answers)) - 1]
+        if statuses is None:
+            raise httpx.ConnectError("refused", request=request)
+        results = [
+            {"status": 201, "operation": {"id": f"op_{key}", "status": "ready"}}
+            if status == 201
+            else {"status": 503, "problem": _problem(503, "internal_error")}
+            for key, status in zip(keys, statuses, strict=True)
+        ]
+        return httpx.Response(200, json={"results": results})
+
+    return handler, sent
+
+
+@pytest.mark.parametrize("split", [False, True])
+def test_a_repeat_of_items_answered_5xx_that_fails_keeps_the_items_answered(split):
+    """The items answered 201 beside one answered 503 are registered: when the repeat of
+    the 503 gets no answer, they keep their operations, in the batch's first request as
+    in a later one."""
+    if split:  # a, b in the first request; c (201) and d (503) in the second
+        answers = [[201, 201], [201, 503], None]
+        expected = [201, 201, 201, 0]
+    else:
+        answers = [[201, 503], None]
+        expected = [201, 0]
+    handler, sent = _partly_5xx_then_refused(answers)
+    client = EffectgateClient(
+        "http://eg.test",
+        "egr_x",
+        transport=httpx.MockTransport(handler),
+        max_batch_bytes=10_000 if split else 10 << 20,
+        max_retries=1,
+        backoff_base_s=0,
+    )
+    keys = "abcd" if split else "ab"
+    items = client.register_many("run_1", [_large(key) for key in keys])
+    assert [item.status for item in items] == expected
+    assert [item.operation["id"] for item in items if item.ok] == [
+        f"op_{key}" for key, status in zip(keys, expected, strict=True) if status == 201
+    ]
+    assert isinstance(items[-1].error, TransportError)
+    assert sent[-1] == [keys[-1]]  # the repeat carried the 503's item alone
+
+
+def test_a_2xx_answer_that_is_not_json_is_an_unexpected_response():
+    client = EffectgateClient(
+        "http://eg.test",
+        "egr_x",
+        transport=httpx.MockTransport(lambda request: httpx.Response(200, text="<html>")),
+    )
+    with pytest.raises(UnexpectedResponse) as raised:
+        client.get_operation("op_1")
+    assert raised.value.status == 200
+    assert "not JSON" in str(raised.value)

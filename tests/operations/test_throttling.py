@@ -616,3 +616,27 @@ def test_concurrent_counts_on_redis_lose_none(redis_cache):
         assert 0 < client.ttl(f"{redis_cache}:1:{key}") <= 120
     finally:
         client.close()
+
+
+def test_a_batch_first_in_its_window_counts_its_items_and_the_window_expires(
+    api, settings, clock, shared_cache
+):
+    """A batch of three is a window's first request: the counter starts at 3 (Redis: and
+    gets its expiry then, although the count is not 1), two more requests pass, the
+    next is refused."""
+    settings.THROTTLE_RUNNER_RATE = "5/min"
+    three = api.post("/api/v1/operations", [{}, {}, {}])
+    assert three.status_code == 200, three.content
+    assert [api.get("/api/v1/tools").status_code for _ in range(3)] == [200, 200, 429]
+    token = RunnerToken.objects.get(runner=api.runner)
+    key = f"throttle:runner:{token.pk}:{MINUTE // 60}"
+    if shared_cache == "database":
+        assert throttle_count(key) == 6
+        return
+    store = redis.Redis.from_url(REDIS_URL)
+    try:
+        full = caches["default"].make_and_validate_key(key)
+        assert int(store.get(full)) == 6
+        assert 60 < store.ttl(full) <= 120
+    finally:
+        store.close()
