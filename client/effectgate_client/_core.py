@@ -125,12 +125,17 @@ def _batch_item(path: str, result: Any, request_id: str | None) -> BatchItem[Any
     )
 
 
-def _failed_item(exc: EffectgateError) -> BatchItem[Any]:
+def _failed_item(exc: EffectgateError, *, sent_before: bool | None) -> BatchItem[Any]:
     """The item of a request that was refused as a whole, or got no answer: a copy of
     the failure of its own, and the refusal's HTTP status (0 without one, or when the
-    answer was a 2xx that could not be read)."""
+    answer was a 2xx that could not be read). Its ``repeated``, as for an item's own
+    refusal, says whether the item had been sent before: ``sent_before``, or None for
+    what the failed request's own repeats say."""
     status = exc.status if isinstance(exc, ProblemError | UnexpectedResponse) else 0
-    return BatchItem(status if status >= 300 else 0, error=own_copy(exc))
+    copy = own_copy(exc)
+    if isinstance(copy, ProblemError) and sent_before is not None:
+        copy.repeated = sent_before
+    return BatchItem(status if status >= 300 else 0, error=copy)
 
 
 class _ClientCore:
@@ -281,18 +286,22 @@ class _ClientCore:
         """The items of a batch in requests of at most ``max_batch_bytes`` (encoded) and
         50 items; a request Effectgate refuses as too large (413) is sent again item by
         item, and an item too large alone is answered ``PayloadTooLarge``. The items in
-        order. A refusal or failure raises while no item of the batch has been answered.
-        After that, the first request that is refused or gets no answer ends the batch:
-        its items and those not sent yet carry what it raised as their error (each a
-        copy of its own; ``status`` that of the refusal, 0 when no answer came), and
-        the items answered before it are kept."""
+        order. A refusal or failure raises while no item of the batch has been answered
+        (whatever the answer: an operation, or a problem of its own). After that, the
+        first request that is refused as a whole or gets no answer (also a repeat of
+        items answered 429 or 5xx) ends the batch: its unanswered items and those not
+        sent yet carry what it raised as their error (each a copy of its own; ``status``
+        that of the refusal, else 0), and every item answered before is kept."""
         items: list[BatchItem[Any] | None] = [None] * len(bodies)
         groups = deque(_chunks(bodies, self.max_batch_bytes))
         answered_any = False
         while groups:
             group = groups.popleft()
+            failure: EffectgateError | None = None
             try:
-                answered = yield from self._batch_request_plan(path, [bodies[i] for i in group])
+                answered, failure = yield from self._batch_request_plan(
+                    path, [bodies[i] for i in group]
+                )
             except PayloadTooLarge as exc:
                 if len(group) > 1:
                     self.stats["batch_split_413"] += 1
@@ -302,27 +311,32 @@ class _ClientCore:
             except EffectgateError as exc:
                 if not answered_any:
                     raise
-                # Effectgate is unreachable, or refuses the token or its rate: the
-                # requests left would meet the same, and a 429 would count them too.
-                self.stats["batch_requests_failed"] += 1
-                for index in [i for rest in (group, *groups) for i in rest]:
-                    items[index] = _failed_item(exc)
-                break
+                answered = [_failed_item(exc, sent_before=None) for _ in group]
+                failure = exc
             answered_any = True
             for index, item in zip(group, answered, strict=True):
                 items[index] = item
+            if failure is not None:
+                # Effectgate is unreachable, or refuses the token or its rate: the
+                # requests left would meet the same, and a 429 would count them too.
+                self.stats["batch_requests_failed"] += 1
+                for index in [i for rest in groups for i in rest]:
+                    items[index] = _failed_item(failure, sent_before=False)
+                break
         return [item for item in items if item is not None]
 
     def _batch_request_plan(
         self, path: str, bodies: list[dict[str, Any]]
-    ) -> Plan[list[BatchItem[Any]]]:
+    ) -> Plan[tuple[list[BatchItem[Any]], EffectgateError | None]]:
         """One batch request (repeated while its answer is lost), then its items answered
-        429 or 5xx alone, as often as a single call is repeated; the items in order. A
-        failure of the first request raises; one of a repeat of some items is the error
-        of those items, and the items answered before are kept."""
+        429 or 5xx alone, as often as a single call is repeated: the items in order, and
+        the failure that ended it early. A failure of the first request raises; one of a
+        repeat of some items is the error of those items (the items answered before
+        are kept), and is returned as the failure."""
         items: list[BatchItem[Any] | None] = [None] * len(bodies)
         todo = list(range(len(bodies)))
         retry = 0
+        failure: EffectgateError | None = None
         while True:
             try:
                 again = yield from self._batch_answer_plan(path, bodies, todo, items, retry)
@@ -330,10 +344,10 @@ class _ClientCore:
                 if retry == 0:
                     raise
                 for index in todo:
-                    items[index] = _failed_item(exc)
-                again = []
+                    items[index] = _failed_item(exc, sent_before=True)
+                again, failure = [], exc
             if not again:
-                return [item for item in items if item is not None]
+                return [item for item in items if item is not None], failure
             self.stats["batch_items_repeated"] += len(again)
             yield Pause(self._backoff_s(retry))
             todo, retry = again, retry + 1

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ._plan import Plan
-from ._wire import _outcome_bodies, _register_body
+from ._wire import _encoded_size, _outcome_bodies, _register_body
 from .answers import Operation
 
 if TYPE_CHECKING:
@@ -85,8 +85,9 @@ class _Register:
         return dict(self.fields)
 
     def check(self) -> None:
-        """Raise ``ValueError`` now for what ``register`` would refuse to send."""
-        _register_body(self.fields)
+        """Raise ``ValueError`` (``TypeError``) now for what ``register`` would refuse
+        to send (arguments that are not JSON too)."""
+        _encoded_size(_register_body(self.fields))
 
     def many_plan(self, client: _ClientCore, items: list[dict[str, Any]]) -> Plan[Any]:
         """``register_many`` of ``items`` (this effect's and those of its batch)."""
@@ -110,8 +111,9 @@ class _PostOutcome:
         return {"operation": self.operation_id, "attempt": self.attempt, **self.body}
 
     def check(self) -> None:
-        """Raise ``ValueError`` now for what ``post_outcomes`` would refuse to send."""
-        _outcome_bodies([self.batch_item()])
+        """Raise ``ValueError`` (``TypeError``) now for what ``post_outcomes`` would
+        refuse to send (a body that is not JSON too)."""
+        _encoded_size(_outcome_bodies([self.batch_item()])[0])
 
     def many_plan(self, client: _ClientCore, items: list[dict[str, Any]]) -> Plan[Any]:
         """``post_outcomes`` of ``items`` (this effect's and those of its batch)."""

@@ -21,8 +21,8 @@ So each call gets what ``execute`` gives it, decided by the same code; a refusal
 be recorded: ``OutcomeNotRecorded`` keeps it) is that call's item of the answer, as
 ``asyncio.gather(..., return_exceptions=True)`` would give it; so is a call ``execute``
 would refuse before sending (no operation key, arguments that are not JSON), and, when
-some calls were registered, the refusal or failure of a later request (or repeat) for
-each call it left unregistered. Only a refusal before any call was registered raises,
+some calls were answered, the refusal or failure of a later request (or repeat) for
+each call it left unanswered. Only a refusal before any call was answered raises,
 before any tool ran.
 
 An interruption (``AsyncRunner``: a cancellation; ``Runner``: a ``BaseException`` such
@@ -35,7 +35,6 @@ running, whose outcomes it posts too.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -43,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._effects import AttemptContext, _Invoke, _Lease, _PostOutcome, _Register
 from ._plan import Paused, Plan, adrive, adrive_until, drive, drive_until
-from ._wire import BATCH_MAX_ITEMS, _chunks, _register_many_bodies
+from ._wire import BATCH_MAX_ITEMS, _chunks, _encoded_size, _register_many_bodies
 from .errors import UnexpectedResponse, own_copy
 
 if TYPE_CHECKING:
@@ -140,7 +139,7 @@ def _registration_body(run: str, call: Any, lease_s: int) -> dict[str, Any]:
         "claim_lease_s": lease_s,
     }
     (body,) = _register_many_bodies(run, [registration])
-    json.dumps(body, allow_nan=False)
+    _encoded_size(body)
     return body
 
 

@@ -160,8 +160,9 @@ def _batch_size_check(items: Sequence[Any]) -> None:
 
 
 def _encoded_size(body: Any) -> int:
-    """The size of ``body`` as JSON, no smaller than what ``httpx`` sends."""
-    return len(json.dumps(body).encode())
+    """The size of ``body`` as JSON, no smaller than what ``httpx`` sends; ``TypeError``
+    or ``ValueError`` for what ``httpx`` would refuse to encode (an object, NaN)."""
+    return len(json.dumps(body, allow_nan=False).encode())
 
 
 def _chunks(bodies: Sequence[Any], limit: int) -> list[list[int]]:

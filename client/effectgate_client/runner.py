@@ -553,7 +553,7 @@ class Runner(_RunnerCore):
         return. Each item of the answer, in order, is what ``execute`` returns for
         that call, or the exception it would raise (``OutcomeNotRecorded`` keeps an
         outcome that could not be posted, a call refused before sending); a refusal
-        before any call was registered raises.
+        before any call was answered raises.
         The calls' tool functions may run at once in several threads. Interrupted (a
         ``BaseException``), it starts no further call, waits for those running and
         posts the outcomes of every tool that returned before re-raising."""

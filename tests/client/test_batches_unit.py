@@ -800,3 +800,69 @@ def test_a_2xx_answer_that_is_not_json_is_an_unexpected_response():
         client.get_operation("op_1")
     assert raised.value.status == 200
     assert "not JSON" in str(raised.value)
+
+
+def test_a_failed_repeat_ends_the_batch_and_marks_what_was_sent_before():
+    """b answered 503, its repeat refused 401 (the token revoked): the second request
+    is not sent; b's error says it was sent before, c's and d's that they were not."""
+    handler, sent = _partly_5xx_then_refused([[201, 503]])
+
+    def refusing_repeats(request):
+        if len(sent) >= 1:
+            sent.append([item["operation_key"] for item in json.loads(request.content)])
+            return httpx.Response(401, json=_problem(401, "not_authenticated"))
+        return handler(request)
+
+    client = EffectgateClient(
+        "http://eg.test",
+        "egr_x",
+        transport=httpx.MockTransport(refusing_repeats),
+        max_batch_bytes=10_000,
+        max_retries=1,
+        backoff_base_s=0,
+    )
+    items = client.register_many("run_1", [_large(key) for key in "abcd"])
+    assert sent == [["a", "b"], ["b"]]
+    assert [item.status for item in items] == [201, 401, 401, 401]
+    assert items[0].operation["id"] == "op_a"
+    assert [item.error.repeated for item in items[1:]] == [True, False, False]
+    assert len({id(item.error) for item in items[1:]}) == 3
+
+
+def test_a_batch_with_an_item_that_is_not_json_raises_before_sending():
+    def handler(request):
+        raise AssertionError("sent")
+
+    client = EffectgateClient("http://eg.test", "egr_x", transport=httpx.MockTransport(handler))
+    registrations = [_large("a"), {**_large("b"), "arguments": {"x": float("nan")}}]
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        client.register_many("run_1", registrations)
+
+
+def test_the_gateway_refuses_a_call_whose_arguments_are_not_json_alone():
+    sent = []
+
+    def handler(request):
+        sent.append(request)
+        return httpx.Response(503, json=_problem(503, "internal_error"))
+
+    async def scenario():
+        runner = _coalescing(handler, window_s=0.05)
+        runner.client.max_retries = 0
+
+        async def one(key, arguments):
+            try:
+                await runner.execute(
+                    run="run_1", tool="t", operation_key=key, arguments=arguments, call=None
+                )
+            except Exception as exc:
+                return exc
+
+        return await asyncio.gather(one("a", {}), one("nan", {"x": float("nan")}), one("b", {}))
+
+    first, invalid, second = asyncio.run(scenario())
+    assert isinstance(invalid, ValueError)
+    assert isinstance(first, InternalError)
+    assert isinstance(second, InternalError)
+    # The valid two went in one batch request.
+    assert [len(json.loads(request.content)) for request in sent] == [2]
