@@ -422,7 +422,16 @@ def test_one_large_call_does_not_fail_the_calls_it_is_queued_with():
     assert runner._queues == {}
 
 
-def test_an_invalid_call_is_refused_alone_and_a_failed_request_gives_each_its_own_error():
+@pytest.mark.parametrize(
+    "invalid",
+    [
+        {"key": "", "arguments": {}},  # register refuses it: no operation key
+        {"key": "nan", "arguments": {"x": float("nan")}},  # not JSON
+    ],
+)
+def test_an_invalid_call_is_refused_alone_and_a_failed_request_gives_each_its_own_error(
+    invalid,
+):
     sent = []
 
     def handler(request):
@@ -434,18 +443,18 @@ def test_an_invalid_call_is_refused_alone_and_a_failed_request_gives_each_its_ow
         client = runner.client
         client.max_retries = 0
 
-        async def one(key):
+        async def one(key, arguments):
             try:
                 await runner.execute(
-                    run="run_1", tool="t", operation_key=key, arguments={}, call=None
+                    run="run_1", tool="t", operation_key=key, arguments=arguments, call=None
                 )
             except Exception as exc:
                 return exc
 
-        return await asyncio.gather(one("a"), one(""), one("b"))
+        return await asyncio.gather(one("a", {}), one(**invalid), one("b", {}))
 
-    first, invalid, second = asyncio.run(scenario())
-    assert isinstance(invalid, ValueError)
+    first, refused, second = asyncio.run(scenario())
+    assert isinstance(refused, ValueError)
     assert isinstance(first, InternalError)
     assert isinstance(second, InternalError)
     assert first is not second
@@ -510,22 +519,28 @@ def _large(key):
     return {"tool": "t", "operation_key": key, "arguments": {"pad": "x" * 4000}}
 
 
-def test_a_later_request_of_a_split_batch_that_fails_is_the_error_of_its_items():
-    seen = []
-    client = EffectgateClient(
+def _split_client(first_requests, seen):
+    """A client sending two ``_large`` registrations per request, without repeats, to
+    ``_failing_after(first_requests, seen)``."""
+    return EffectgateClient(
         "http://eg.test",
         "egr_x",
-        transport=httpx.MockTransport(_failing_after(1, seen)),
+        transport=httpx.MockTransport(_failing_after(first_requests, seen)),
         max_batch_bytes=10_000,
         max_retries=0,
     )
-    items = client.register_many("run_1", [_large(key) for key in "abcd"])
-    # Two per request; the second request's connection was refused.
+
+
+def test_a_later_request_of_a_split_batch_that_fails_ends_it_and_is_the_error_of_the_rest():
+    seen = []
+    client = _split_client(1, seen)
+    items = client.register_many("run_1", [_large(key) for key in "abcdef"])
+    # Three requests of two; the second's connection was refused, the third never sent.
     assert seen == [["a", "b"], ["c", "d"]]
     assert [item.operation["id"] for item in items[:2]] == ["op_a", "op_b"]
-    assert [item.status for item in items] == [201, 201, 0, 0]
+    assert [item.status for item in items] == [201, 201, 0, 0, 0, 0]
     assert all(isinstance(item.error, TransportError) for item in items[2:])
-    assert items[2].error is not items[3].error
+    assert len({id(item.error) for item in items[2:]}) == 4
     with pytest.raises(TransportError):
         items[2].unwrap()
     assert client.stats["batch_requests_failed"] == 1
@@ -533,13 +548,7 @@ def test_a_later_request_of_a_split_batch_that_fails_is_the_error_of_its_items()
 
 def test_the_first_request_of_a_split_batch_that_fails_raises():
     seen = []
-    client = EffectgateClient(
-        "http://eg.test",
-        "egr_x",
-        transport=httpx.MockTransport(_failing_after(0, seen)),
-        max_batch_bytes=10_000,
-        max_retries=0,
-    )
+    client = _split_client(0, seen)
     with pytest.raises(TransportError):
         client.register_many("run_1", [_large(key) for key in "abcd"])
     # Nothing was answered: the rest is not sent.
@@ -721,23 +730,6 @@ def test_a_failure_while_a_413_is_resent_item_by_item_keeps_the_items_answered()
     assert client.stats["batch_requests_failed"] == 1
 
 
-def test_after_a_failed_request_the_rest_of_the_batch_is_not_sent():
-    seen = []
-    client = EffectgateClient(
-        "http://eg.test",
-        "egr_x",
-        transport=httpx.MockTransport(_failing_after(1, seen)),
-        max_batch_bytes=10_000,
-        max_retries=0,
-    )
-    items = client.register_many("run_1", [_large(key) for key in "abcdef"])
-    # Three requests of two; the second was refused, the third never sent.
-    assert seen == [["a", "b"], ["c", "d"]]
-    assert [item.status for item in items] == [201, 201, 0, 0, 0, 0]
-    assert all(isinstance(item.error, TransportError) for item in items[2:])
-    assert len({id(item.error) for item in items[2:]}) == 4
-
-
 def _partly_5xx_then_refused(answers):
     """Answers each request in turn from ``answers`` (a list per request of 201 or 503
     per item, or None: the connection refused, then and for every request after)."""
@@ -837,32 +829,3 @@ def test_a_batch_with_an_item_that_is_not_json_raises_before_sending():
     registrations = [_large("a"), {**_large("b"), "arguments": {"x": float("nan")}}]
     with pytest.raises(ValueError, match="not JSON compliant"):
         client.register_many("run_1", registrations)
-
-
-def test_the_gateway_refuses_a_call_whose_arguments_are_not_json_alone():
-    sent = []
-
-    def handler(request):
-        sent.append(request)
-        return httpx.Response(503, json=_problem(503, "internal_error"))
-
-    async def scenario():
-        runner = _coalescing(handler, window_s=0.05)
-        runner.client.max_retries = 0
-
-        async def one(key, arguments):
-            try:
-                await runner.execute(
-                    run="run_1", tool="t", operation_key=key, arguments=arguments, call=None
-                )
-            except Exception as exc:
-                return exc
-
-        return await asyncio.gather(one("a", {}), one("nan", {"x": float("nan")}), one("b", {}))
-
-    first, invalid, second = asyncio.run(scenario())
-    assert isinstance(invalid, ValueError)
-    assert isinstance(first, InternalError)
-    assert isinstance(second, InternalError)
-    # The valid two went in one batch request.
-    assert [len(json.loads(request.content)) for request in sent] == [2]

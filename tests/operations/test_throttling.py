@@ -305,6 +305,33 @@ def test_the_rates_and_the_cache_are_read_from_the_environment():
     assert "THROTTLE_RUNNER_RATE: 'lots' is not a rate such as 600/min, or off" in refused.stderr
 
 
+def _count_at_once(count, *, threads: int, each: int) -> list[int]:
+    """``count()`` called ``each`` times by each of ``threads`` threads started at once,
+    each closing its database connection at the end; every value returned, sorted.
+    Raises what a thread met."""
+    seen: list[list[int]] = [[] for _ in range(threads)]
+    errors: list[BaseException] = []
+    start = threading.Barrier(threads)
+
+    def run(index: int) -> None:
+        try:
+            start.wait()
+            for _ in range(each):
+                seen[index].append(count())
+        except BaseException as exc:  # the test reports what each thread met
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    workers = [threading.Thread(target=run, args=(index,)) for index in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(60)
+    assert errors == []
+    return sorted(value for values in seen for value in values)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_increments_on_the_database_cache_lose_no_count(database_cache):
     """Threads with their own connections increment one counter at once: every
@@ -313,27 +340,7 @@ def test_concurrent_increments_on_the_database_cache_lose_no_count(database_cach
     threads, each = 6, 20
     key = "throttle:test:concurrent"
     cache.add(key, 0, timeout=600)
-    seen: list[list[int]] = [[] for _ in range(threads)]
-    errors: list[BaseException] = []
-    start = threading.Barrier(threads)
-
-    def count(index: int) -> None:
-        try:
-            start.wait()
-            for _ in range(each):
-                seen[index].append(cache.incr(key))
-        except BaseException as exc:  # the test reports what each thread met
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    workers = [threading.Thread(target=count, args=(index,)) for index in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(60)
-    assert errors == []
-    counts = sorted(value for values in seen for value in values)
+    counts = _count_at_once(lambda: cache.incr(key), threads=threads, each=each)
     assert counts == list(range(1, threads * each + 1))
     assert cache.get(key) == threads * each
 
@@ -346,33 +353,14 @@ def test_concurrent_counts_on_the_counters_table_lose_none(database_cache):
     threads, each = 8, 50
     key = f"throttle:test:concurrent:{time.time_ns()}"
     expires = int(time.time()) + 600
-    seen: list[list[int]] = [[] for _ in range(threads)]
-    errors: list[BaseException] = []
-    start = threading.Barrier(threads)
 
-    def count(index: int) -> None:
-        try:
-            store = caches["default"]
-            assert isinstance(store, DatabaseCache)
-            start.wait()
-            for _ in range(each):
-                seen[index].append(
-                    store.window_count(key, delta=1, expires=expires, now=time.time())
-                )
-        except BaseException as exc:  # the test reports what each thread met
-            errors.append(exc)
-        finally:
-            connection.close()
+    def count() -> int:
+        store = caches["default"]
+        assert isinstance(store, DatabaseCache)
+        return store.window_count(key, delta=1, expires=expires, now=time.time())
 
-    workers = [threading.Thread(target=count, args=(index,)) for index in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(60)
-    assert errors == []
-    assert sorted(value for values in seen for value in values) == list(
-        range(1, threads * each + 1)
-    )
+    counts = _count_at_once(count, threads=threads, each=each)
+    assert counts == list(range(1, threads * each + 1))
     assert throttle_count(key) == threads * each
 
 
@@ -587,29 +575,14 @@ def test_concurrent_counts_on_redis_lose_none(redis_cache):
     returns a different number, and the key has its expiry."""
     threads, each = 8, 50
     key = f"throttle:test:concurrent:{time.time_ns()}"
-    seen: list[list[int]] = [[] for _ in range(threads)]
-    errors: list[BaseException] = []
-    start = threading.Barrier(threads)
 
-    def count(index: int) -> None:
-        try:
-            store = caches["default"]
-            assert isinstance(store, RedisCache)
-            start.wait()
-            for _ in range(each):
-                seen[index].append(redis_window_count(store, key, delta=1, timeout=120))
-        except BaseException as exc:  # the test reports what each thread met
-            errors.append(exc)
+    def count() -> int:
+        store = caches["default"]
+        assert isinstance(store, RedisCache)
+        return redis_window_count(store, key, delta=1, timeout=120)
 
-    workers = [threading.Thread(target=count, args=(index,)) for index in range(threads)]
-    for worker in workers:
-        worker.start()
-    for worker in workers:
-        worker.join(60)
-    assert errors == []
-    assert sorted(value for values in seen for value in values) == list(
-        range(1, threads * each + 1)
-    )
+    counts = _count_at_once(count, threads=threads, each=each)
+    assert counts == list(range(1, threads * each + 1))
     assert caches["default"].get(key) == threads * each
     client = redis.Redis.from_url(REDIS_URL)
     try:
