@@ -58,8 +58,8 @@ COUNT_SQL = (
     f"ON CONFLICT (key) DO UPDATE SET count = {COUNTER_TABLE}.count + EXCLUDED.count "
     "RETURNING count"
 )
-# How often each process deletes the counters whose windows are over (at most, and only
-# while it counts requests): see ``DatabaseCache.window_count``.
+# How often each thread's cache instance deletes the counters whose windows are over (at
+# most, and only while it counts requests): see ``DatabaseCache.window_count``.
 SWEEP_EVERY_S = 60
 
 
