@@ -69,6 +69,7 @@ import httpx
 from effectgate_client import EffectgateClient
 
 from . import lifecycle as lifecycle_part
+from . import lifecycle_report
 from . import parallel as parallel_part
 from . import policies as policies_part
 from . import review_speed as review_part
@@ -550,7 +551,7 @@ def headline(life: dict[str, Any], parallel: dict[str, Any]) -> dict[str, Any]:
 def summary(report: dict[str, Any]) -> str:
     lines = [""]
     if "lifecycle" in report:
-        lines += lifecycle_part.table(report["lifecycle"])
+        lines += lifecycle_report.table(report["lifecycle"])
         lines += parallel_part.table(report["parallel_registrations"])
     if "contention" in report:
         hot = report["contention"]

@@ -38,7 +38,6 @@ essential ones.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import sys
 import time
@@ -50,82 +49,33 @@ from typing import Any
 import httpx
 import psycopg
 
-from effectgate_client import EffectgateClient
-
 from . import procstat
-from .dbos_anchor import PING, DbosPeer
+from .dbos_anchor import DbosPeer
 from .essential import EssentialRunner
-from .gunicorn_conf import CPU_HEADER, STATEMENTS_HEADER, TRACE_HEADER
+from .gunicorn_conf import CPU_HEADER, STATEMENTS_HEADER
+from .lifecycle_report import per_effect
+from .lifecycle_seats import (
+    BATCH_SIZES,
+    LEASE_S,
+    ORDER,
+    PEERS,
+    WARM_PER_THREAD,
+    Seat,
+    batch_path,
+    batch_size,
+    make_seats,
+    seat_arguments,
+)
 from .lifecycle_sql import SqlRunner
+from .lifecycle_trace import (
+    dbos_labels,
+    trace_api,
+    trace_essential,
+    trace_essential_batch,
+    trace_replica,
+)
 from .statements import beyond, labels
 from .timing import latency_ms, on_threads
-
-PRINCIPAL = "user:bench"
-LEASE_S = 30
-WARM_PER_THREAD = 10
-ORDER = ("essential", "replica", "unprepared", "dbos", "api")
-STEPS = {
-    "essential": ("register", "claim", "outcome"),
-    "replica": ("register_claim", "outcome"),
-    "unprepared": ("register_claim", "outcome"),
-    "dbos": ("workflow",),
-    "api": ("register_claim", "outcome"),
-}
-# The paths compared per effect, single and in batches; the API's batches go through
-# ``api_batch_phase``.
-PEERS = ("essential", "dbos", "api")
-BATCH_SIZES = (5, 20)
-NO_BATCH_ENDPOINT = "n/a (no batch endpoint)"
-
-
-def batch_path(kind: str, size: int) -> str:
-    """The name of a batch path: ``essential_x5``, ``dbos_x20``, ``api_x5``."""
-    return f"{kind}_x{size}"
-
-
-def batch_size(name: str) -> int:
-    """Effects per batch of the path ``name``; 0 for a path of single calls."""
-    return int(name.rsplit("_x", 1)[1]) if "_x" in name else 0
-
-
-@dataclass(frozen=True)
-class Seat:
-    """What one client thread works with: its runner, tool and run."""
-
-    runner_id: str
-    runner_name: str
-    token: str
-    tool: str
-    run_id: str
-    principal: str
-
-
-def make_seats(base_url: str, *, count: int, tag: str, contract: dict) -> list[Seat]:
-    """``count`` runners, each with a tool it owns and a run. Django must be set up on
-    the bench's database: runners are made only by the service (``manage.py runner``)."""
-    from django.db import connections
-
-    from operations import services
-
-    seats = []
-    try:
-        for index in range(count):
-            name = f"bench-{tag}-{index}"
-            runner, token = services.runner_create(name=name, actor=services.Actor.system("bench"))
-            tool = f"bench_{tag}_{index}"
-            with EffectgateClient(base_url, token) as client:
-                client.put_tool(tool, contract)
-                run = client.create_run(principal=PRINCIPAL, external_id=name)
-            seats.append(Seat(runner.id, runner.name, token, tool, run["id"], run["principal"]))
-    finally:
-        # No idle backend of this process beside the measured ones.
-        connections.close_all()
-    return seats
-
-
-def _arguments(index: int, n: int) -> dict[str, Any]:
-    return {"payment_id": f"pay_{index}_{n}", "amount_cents": 500}
-
 
 # --- CPU -----------------------------------------------------------------------------------
 
@@ -306,7 +256,7 @@ def api_phase(clients: list[httpx.Client], seats: list[Seat], per_thread: int, t
                     "run": seat.run_id,
                     "tool": seat.tool,
                     "operation_key": f"{tag}-{index}-{n}",
-                    "arguments": _arguments(index, n),
+                    "arguments": seat_arguments(index, n),
                     "claim": {"lease_s": LEASE_S},
                 },
             )
@@ -350,7 +300,7 @@ def essential_phase(
                 run_id=seat.run_id,
                 principal=seat.principal,
                 key=f"{tag}-{index}-{n}",
-                arguments=_arguments(index, n),
+                arguments=seat_arguments(index, n),
             )
             t1 = time.perf_counter()
             number = sql.claim(op_id, run_id=seat.run_id, lease_s=LEASE_S)
@@ -384,7 +334,7 @@ def replica_phase(runners: list[SqlRunner], seats: list[Seat], per_thread: int, 
             op_id, number = sql.register_and_claim(
                 run_id=seat.run_id,
                 key=f"{tag}-{index}-{n}",
-                arguments=_arguments(index, n),
+                arguments=seat_arguments(index, n),
                 lease_s=LEASE_S,
             )
             t1 = time.perf_counter()
@@ -409,7 +359,7 @@ def dbos_phase(peer: DbosPeer, threads: int, per_thread: int, tag: str) -> Phase
         for n in range(per_thread):
             before = peer.statements
             t0 = time.perf_counter()
-            downstream = peer.one(f"{tag}-{index}-{n}", _arguments(index, n))
+            downstream = peer.one(f"{tag}-{index}-{n}", seat_arguments(index, n))
             t1 = time.perf_counter()
             assert downstream == f"re_{index}_{n}", downstream
             steps["workflow"].append(t1 - t0)
@@ -427,7 +377,7 @@ def dbos_phase(peer: DbosPeer, threads: int, per_thread: int, tag: str) -> Phase
 
 
 def _batch_arguments(index: int, n: int, size: int) -> list[dict[str, Any]]:
-    return [_arguments(index, n * size + i) for i in range(size)]
+    return [seat_arguments(index, n * size + i) for i in range(size)]
 
 
 def essential_batch_phase(
@@ -561,104 +511,6 @@ def api_batch_phase(
     return phase
 
 
-# --- one traced lifecycle of each path -------------------------------------------------------
-
-
-def trace_api(http: httpx.Client, seat: Seat, trace_dir: Path) -> dict[str, list[str]]:
-    """The statements of one lifecycle through the API, as gunicorn's counter saw them."""
-    for step in STEPS["api"]:
-        (trace_dir / f"{step}.json").unlink(missing_ok=True)
-    registered = http.post(
-        "/operations",
-        headers={TRACE_HEADER: "register_claim"},
-        json={
-            "run": seat.run_id,
-            "tool": seat.tool,
-            "operation_key": "traced",
-            "arguments": _arguments(0, 0),
-            "claim": {"lease_s": LEASE_S},
-        },
-    ).json()
-    http.post(
-        f"/operations/{registered['id']}/attempts/{registered['attempt']['attempt']}/outcome",
-        headers={TRACE_HEADER: "outcome"},
-        json={"kind": "succeeded", "downstream_id": "re_traced"},
-    ).raise_for_status()
-    return {step: json.loads((trace_dir / f"{step}.json").read_text()) for step in STEPS["api"]}
-
-
-def _logged(sql: EssentialRunner | SqlRunner, call: Any) -> tuple[Any, list[str]]:
-    sql.log = []
-    try:
-        result = call()
-        return result, sql.log
-    finally:
-        sql.log = None
-
-
-def trace_essential(sql: EssentialRunner, seat: Seat) -> dict[str, list[str]]:
-    op_id, register = _logged(
-        sql,
-        lambda: sql.register(
-            run_id=seat.run_id, principal=seat.principal, key="traced", arguments=_arguments(0, 0)
-        ),
-    )
-    number, claim = _logged(sql, lambda: sql.claim(op_id, run_id=seat.run_id))
-    _, outcome = _logged(
-        sql,
-        lambda: sql.outcome(
-            op_id, number, run_id=seat.run_id, body={"kind": "succeeded", "downstream_id": "re"}
-        ),
-    )
-    return {"register": register, "claim": claim, "outcome": outcome}
-
-
-def trace_essential_batch(sql: EssentialRunner, seat: Seat, size: int) -> dict[str, list[str]]:
-    claimed, register_claim = _logged(
-        sql,
-        lambda: sql.register_claim_batch(
-            run_id=seat.run_id,
-            principal=seat.principal,
-            items=[(f"traced-x{size}-{i}", _arguments(0, i)) for i in range(size)],
-        ),
-    )
-    _, outcome = _logged(
-        sql,
-        lambda: sql.outcome_batch(
-            run_id=seat.run_id,
-            outcomes=[(op_id, number, {"kind": "succeeded"}) for op_id, number in claimed],
-        ),
-    )
-    return {"register_claim": register_claim, "outcome": outcome}
-
-
-def dbos_labels(statements: list[str]) -> list[str]:
-    """Short names of DBOS's statements: its tables without their schema (``dbos.``), the
-    workflow's last statement (an UPDATE and an INSERT in a ``WITH``) by both."""
-    named = []
-    for sql in statements:
-        if sql == PING:
-            named.append(sql)
-        elif sql.startswith("WITH updated AS (UPDATE dbos.workflow_status"):
-            named.append("WITH (UPDATE workflow_status, INSERT workflow_output) SELECT")
-        else:
-            named.append(labels([sql.replace("dbos.", "")])[0])
-    return named
-
-
-def trace_replica(sql: SqlRunner, seat: Seat) -> dict[str, list[str]]:
-    (op_id, number), register = _logged(
-        sql,
-        lambda: sql.register_and_claim(
-            run_id=seat.run_id, key="traced", arguments=_arguments(0, 0)
-        ),
-    )
-    _, outcome = _logged(
-        sql, lambda: sql.outcome(op_id, number, {"kind": "succeeded", "downstream_id": "re"})
-    )
-    return {"register_claim": register, "outcome": outcome}
-
-
 # --- (a) ---------------------------------------------------------------------------------------
 
 
@@ -756,7 +608,7 @@ def lifecycle(
             )
             for size in batch_sizes
         }
-        dbos_trace = peer.traced("traced", _arguments(0, 0))
+        dbos_trace = peer.traced("traced", seat_arguments(0, 0))
         print(
             f"(a) lifecycle: {per_thread * threads} per path, {threads} threads; batches of "
             + ", ".join(f"{size} ({batches[size] * threads * size} effects)" for size in batches),
@@ -810,152 +662,3 @@ def lifecycle(
         "peer": per_effect(reports, batch_sizes),
         "dbos_idle_cpu_ms_per_s": round(dbos_idle_ms, 1),
     }
-
-
-def per_effect(reports: dict[str, dict[str, Any]], batch_sizes: tuple[int, ...]) -> dict:
-    """Throughput, statements and CPU per effect of the essential anchor, DBOS and the
-    API, single and in batches, and the API's throughput over the other two's (None
-    where the API has no batch path)."""
-    sizes: dict[str, dict[str, Any]] = {}
-    over: dict[str, dict[str, float | None]] = {"api_over_dbos": {}, "api_over_essential": {}}
-    for size in (1, *batch_sizes):
-        label = "single" if size == 1 else f"batch_{size}"
-        row = {}
-        for kind in PEERS:
-            path = reports.get(kind if size == 1 else batch_path(kind, size))
-            row[kind] = (
-                None
-                if path is None
-                else {
-                    "effects_s": path["lifecycles_s"],
-                    "statements_per_effect": path["statements_per_lifecycle"],
-                    "cpu_ms_per_effect": path["cpu_ms_per_lifecycle"],
-                    **({"in_process": True} if path.get("in_process") else {}),
-                }
-            )
-        sizes[label] = row
-        api = row["api"]
-        for key, other in (
-            ("api_over_dbos", row["dbos"]),
-            ("api_over_essential", row["essential"]),
-        ):
-            over[key][label] = (
-                None
-                if api is None or other is None
-                else round(api["effects_s"] / other["effects_s"], 3)
-            )
-    return {"sizes": sizes, **over}
-
-
-# --- the table ---------------------------------------------------------------------------------
-
-
-def table(life: dict[str, Any]) -> list[str]:
-    paths = life["paths"]
-    essential_rate = paths["essential"]["lifecycles_s"]
-    lines = [
-        f"(a) lifecycle (register with inline claim -> outcome), {life['lifecycles_per_path']}"
-        f" per path, {life['threads']} client threads",
-        f"    {'path':<12}{'lifecycles/s':>13}{'x essential':>13}{'statements':>12}"
-        f"{'CPU ms per lifecycle: app':>27}{'postgres':>10}{'client':>8}{'total':>8}",
-    ]
-    for name in ORDER:
-        path = paths[name]
-        cpu = path["cpu_ms_per_lifecycle"]
-        lines.append(
-            f"    {name:<12}{path['lifecycles_s']:>13.1f}"
-            f"{essential_rate / path['lifecycles_s']:>13.2f}"
-            f"{path['statements_per_lifecycle']:>12.1f}"
-            f"{cpu['app']:>27.2f}{cpu['postgres']:>10.2f}{_client(path):>8}{cpu['total']:>8.2f}"
-        )
-    lines.append("    latency p50 / p99 ms per step:")
-    for name in ORDER:
-        steps = paths[name]["steps"]
-        lines.append(
-            f"      {name:<12}"
-            + "   ".join(
-                f"{step} {values['p50_ms']:.1f} / {values['p99_ms']:.1f}"
-                for step, values in steps.items()
-            )
-        )
-    django = paths["api"].get("django_cpu_ms_per_request")
-    if django:
-        lines += [
-            "    API CPU ms per request inside the Django app: "
-            + ", ".join(f"{step} {ms:.1f}" for step, ms in django.items()),
-            f"      (gunicorn's processes: {paths['api']['cpu_ms_per_lifecycle']['app']:.1f}"
-            " per lifecycle; the rest is HTTP, the worker's threads, the master)",
-        ]
-    if not life["replica_matches_api"]:
-        lines.append(
-            "    the replica's statement count differs from the API's:"
-            " bench/lifecycle_sql.py needs an update"
-        )
-    traced, usual = life["traced_statements"]["api"], life["usual_statements"]["api"]
-    lines.append(
-        "    statements the API sends beyond the essential ones, in the traced lifecycle"
-        + (f" ({traced} statements; most sent {usual}):" if traced != usual else ":")
-    )
-    for label, count in Counter(life["api_beyond_essential"]).most_common():
-        lines.append(f"      {count} x {label}")
-    if life["essential_beyond_api"]:
-        lines.append(
-            "    essential statements the API does not send: "
-            + ", ".join(life["essential_beyond_api"])
-        )
-    return lines + peer_table(life)
-
-
-def _client(path: dict[str, Any]) -> str:
-    """The client's CPU cell: "in app" where the app runs in the client's process."""
-    return "in app" if path.get("in_process") else f"{path['cpu_ms_per_lifecycle']['client']:.2f}"
-
-
-def _ratio(value: float | None) -> str:
-    return NO_BATCH_ENDPOINT if value is None else f"{value:.2f}"
-
-
-def peer_table(life: dict[str, Any]) -> list[str]:
-    """Per effect: the API against DBOS and the essential anchor, single and batched."""
-    peer = life.get("peer")
-    if not peer:
-        return []
-    lines = [
-        "(a) per effect, against the durable-execution peer (DBOS, one workflow step per"
-        " effect, in the client's process) and the essential anchor",
-        f"    {'batch':<8}{'path':<11}{'effects/s':>10}{'statements':>12}"
-        f"{'CPU ms per effect: app':>24}{'postgres':>10}{'client':>8}{'total':>8}",
-    ]
-    for label, row in peer["sizes"].items():
-        size = "1" if label == "single" else label.removeprefix("batch_")
-        for kind, path in row.items():
-            if path is None:
-                lines.append(f"    {size:<8}{kind:<11}{NO_BATCH_ENDPOINT:>10}")
-                continue
-            cpu = path["cpu_ms_per_effect"]
-            client = "in app" if path.get("in_process") else f"{cpu['client']:.2f}"
-            lines.append(
-                f"    {size:<8}{kind:<11}{path['effects_s']:>10.1f}"
-                f"{path['statements_per_effect']:>12.2f}{cpu['app']:>24.2f}"
-                f"{cpu['postgres']:>10.2f}{client:>8}{cpu['total']:>8.2f}"
-            )
-    for key, name in (("api_over_dbos", "api / DBOS"), ("api_over_essential", "api / essential")):
-        lines.append(
-            f"    throughput {name}: "
-            + ", ".join(
-                f"{'single' if label == 'single' else 'x' + label.removeprefix('batch_')}"
-                f" {_ratio(value)}"
-                for label, value in peer[key].items()
-            )
-        )
-    if "dbos_idle_cpu_ms_per_s" in life:
-        lines.append(
-            f"    DBOS's background threads, idle: {life['dbos_idle_cpu_ms_per_s']:.1f} ms of CPU"
-            " per second (in this process: in every path's client figure)"
-        )
-    dbos = life.get("statements", {}).get("dbos")
-    if dbos:
-        lines.append("    what DBOS sends for one effect (its traced workflow):")
-        for label, count in Counter(dbos["workflow"]).most_common():
-            lines.append(f"      {count} x {label}")
-    return lines

@@ -18,7 +18,7 @@ import httpx
 
 from effectgate_client import EffectgateClient
 
-from .lifecycle import LEASE_S, PRINCIPAL
+from .lifecycle_seats import LEASE_S, PRINCIPAL
 from .timing import latency_ms
 
 

@@ -18,7 +18,7 @@ of the run, connections kept through the run), 2 worker processes of 4 threads e
 Each round starts each server afresh, gunicorn then granian in even rounds and the
 other way round in odd ones (ABBA), so that a change in the machine's load weighs on
 both alike. In each, ``--threads`` client threads, each a runner, a tool and a run of
-its own (``bench.lifecycle.make_seats``), warm the server up (10 lifecycles and one
+its own (``bench.lifecycle_seats.make_seats``), warm the server up (10 lifecycles and one
 batch per thread), then it measures
 
 - **single**: register with an inline claim, then the outcome, two requests per
@@ -48,15 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from .bench import DEFAULT_SERVER, contract, machine
-from .lifecycle import (
-    WARM_PER_THREAD,
-    CpuMeter,
-    Phase,
-    api_batch_phase,
-    api_client,
-    api_phase,
-    make_seats,
-)
+from .lifecycle import CpuMeter, Phase, api_batch_phase, api_client, api_phase
+from .lifecycle_seats import WARM_PER_THREAD, make_seats
 from .stack import SERVERS, VAR, Stack, fresh_database, is_postgres
 from .timing import latency_ms
 

@@ -191,8 +191,11 @@ def test_make_bench_lifecycle_measures_dbos_and_batches_per_effect(tmp_path):
             effect = row[kind]
             assert effect["effects_s"] > 0, (label, kind)
             assert effect["statements_per_effect"] > 0, (label, kind)
-            assert effect["cpu_ms_per_effect"]["total"] > 0, (label, kind)
+            # /proc counts CPU in ticks of 10 ms: the anchor's few lifecycles here can
+            # fall under one tick in every process (a real run's phases last seconds).
+            assert effect["cpu_ms_per_effect"]["total"] >= 0, (label, kind)
             assert effect["cpu_ms_per_effect"]["postgres"] >= 0, (label, kind)
+        assert row["api"]["cpu_ms_per_effect"]["total"] > 0, label
         assert row["dbos"]["cpu_ms_per_effect"]["app"] > 0, label
         assert row["dbos"]["cpu_ms_per_effect"]["client"] == 0, label  # in the app's
     assert sizes["single"]["api"]["effects_s"] > 0

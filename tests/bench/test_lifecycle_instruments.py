@@ -12,7 +12,8 @@ import pytest
 
 from bench import gunicorn_conf, procstat
 from bench.bench import headline, summary
-from bench.lifecycle import Phase, per_effect, table
+from bench.lifecycle import Phase
+from bench.lifecycle_report import per_effect, table
 from bench.parallel import table as parallel_table
 from bench.statements import beyond, labels, statement_label
 
